@@ -1,0 +1,529 @@
+"""The server side of one AMQP 0-9-1 connection, without I/O (sans-IO, like h11).
+
+Theory of operation
+-------------------
+Bytes in, events out: the I/O shell calls `receive_data(bytes)` and gets a list of events;
+it calls methods (`accept_login`, `send_method`, `fail`, ...) for what it decided, and sends
+whatever `data_to_send()` returns, once per wake-up. This module never blocks and never reads
+a clock: heartbeat timers and close timeouts belong to the shell.
+
+The handshake is a fixed sequence, kept as data in `_HANDSHAKE`: in each state exactly one
+method is acceptable and anything else is a protocol error. Steps that need the outside
+world (checking credentials, resolving the vhost) park the connection in a waiting state
+until the shell answers, so nothing is sent out of order.
+
+Channels have their own small state: OPEN, CLOSING (we sent channel.close and discard all
+but close/close-ok, as the spec says) and CLIENT_CLOSING (the client sent channel.close and
+the shell is releasing the channel). Content (basic.publish + header + bodies) is assembled
+per channel and handed out as one `ContentReceived`.
+
+Errors: `fail(error, channel)` is the only place an `AMQPError` becomes `channel.close` or
+`connection.close`; protocol errors found here go through it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, auto
+
+from pamqp import commands
+from pamqp.base import Frame as PamqpMethod
+from pamqp.common import FieldTable
+
+from starlight_py.amqp import events as ev
+from starlight_py.amqp import framing
+from starlight_py.amqp.errors import (
+    AMQPError,
+    ChannelStateError,
+    CommandInvalid,
+    NotAllowed,
+    PreconditionFailed,
+    UnexpectedFrame,
+)
+
+FRAME_MIN_SIZE = 4096
+CHANNEL_MIN = 1
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What the server proposes in connection.start and connection.tune."""
+
+    channel_max: int
+    frame_max: int
+    heartbeat: int
+    max_message_size: int
+    mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
+    server_properties: FieldTable = field(default_factory=dict)
+
+
+class ConnectionState(Enum):
+    AWAITING_HEADER = auto()
+    AWAITING_START_OK = auto()
+    AUTHENTICATING = auto()
+    AWAITING_TUNE_OK = auto()
+    AWAITING_OPEN = auto()
+    OPENING = auto()
+    OPEN = auto()
+    CLIENT_CLOSING = auto()
+    CLOSING = auto()
+    CLOSED = auto()
+
+
+# The one method each handshake state accepts, and the state it leads to (set by the handler).
+_HANDSHAKE: dict[ConnectionState, str] = {
+    ConnectionState.AWAITING_START_OK: "Connection.StartOk",
+    ConnectionState.AWAITING_TUNE_OK: "Connection.TuneOk",
+    ConnectionState.AWAITING_OPEN: "Connection.Open",
+}
+
+
+class ChannelState(Enum):
+    OPEN = auto()
+    CLOSING = auto()
+    CLIENT_CLOSING = auto()
+
+
+@dataclass
+class _PartialContent:
+    method: PamqpMethod
+    properties: commands.Basic.Properties | None = None
+    body_size: int = 0
+    chunks: list[bytes] = field(default_factory=list)
+    received: int = 0
+
+
+@dataclass
+class _Channel:
+    state: ChannelState = ChannelState.OPEN
+    content: _PartialContent | None = None
+
+
+class AMQPConnection:
+    """Protocol state of one client connection. See the module docstring."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.state = ConnectionState.AWAITING_HEADER
+        self.channel_max = settings.channel_max
+        self.frame_max = settings.frame_max
+        self.heartbeat = settings.heartbeat
+        self.virtual_host = ""
+        self.client_properties: FieldTable = {}
+        self._header = bytearray()
+        self._decoder = framing.FrameDecoder(settings.frame_max)
+        self._input_broken = False
+        self._channels: dict[int, _Channel] = {}
+        self._out: list[bytes] = []
+
+    # ---- what the shell asks ------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once the socket should be closed (after flushing `data_to_send`)."""
+        return self.state is ConnectionState.CLOSED
+
+    @property
+    def is_open(self) -> bool:
+        return self.state is ConnectionState.OPEN
+
+    def channel_is_open(self, channel: int) -> bool:
+        ch = self._channels.get(channel)
+        return ch is not None and ch.state is ChannelState.OPEN
+
+    @property
+    def open_channels(self) -> list[int]:
+        return [n for n, ch in self._channels.items() if ch.state is ChannelState.OPEN]
+
+    @property
+    def buffered_input(self) -> int:
+        """Bytes held for partial frames and partial messages (bounded by frame_max and
+        max_message_size per channel); exposed for memory tests and metrics."""
+        partial = sum(
+            ch.content.received for ch in self._channels.values() if ch.content is not None
+        )
+        return self._decoder.buffered + partial
+
+    def data_to_send(self) -> bytes:
+        """Everything queued for the client since the last call."""
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        return data
+
+    # ---- input --------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray) -> list[ev.Event]:
+        """Feed bytes from the socket; returns the events they complete. Never raises for
+        anything the peer sends: protocol errors become close frames via `fail`."""
+        events: list[ev.Event] = []
+        if self.state is ConnectionState.CLOSED or self._input_broken:
+            return events
+        if self.state is ConnectionState.AWAITING_HEADER:
+            data = self._receive_header(data)
+            if not data:
+                return events
+        frames, error = self._decoder.feed(data)
+        for frame in frames:
+            try:
+                self._handle_frame(frame, events)
+            except AMQPError as e:
+                events.append(ev.ErrorRaised(frame.channel, e))
+                self.fail(e, frame.channel)
+            if self.closed:
+                break
+        if error is not None and not self.closed:
+            # The stream cannot be parsed past this point, so no close-ok can be read:
+            # send connection.close and hang up once it is flushed.
+            events.append(ev.ErrorRaised(0, error))
+            self.fail(error)
+            self._input_broken = True
+            self.state = ConnectionState.CLOSED
+        return events
+
+    def _receive_header(self, data: bytes | bytearray) -> bytes | bytearray:
+        need = len(framing.PROTOCOL_HEADER) - len(self._header)
+        self._header += data[:need]
+        rest = data[need:]
+        if bytes(self._header) != framing.PROTOCOL_HEADER[: len(self._header)]:
+            # The spec's answer to a wrong header: our header, then close the socket.
+            self._out.append(framing.PROTOCOL_HEADER)
+            self.state = ConnectionState.CLOSED
+            return b""
+        if len(self._header) < len(framing.PROTOCOL_HEADER):
+            return b""
+        self._send(
+            0,
+            commands.Connection.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties=self.settings.server_properties,
+                mechanisms=" ".join(self.settings.mechanisms),
+                locales="en_US",
+            ),
+        )
+        self.state = ConnectionState.AWAITING_START_OK
+        return rest
+
+    def _handle_frame(self, frame: framing.Frame, events: list[ev.Event]) -> None:
+        if isinstance(frame, framing.HeartbeatFrame):
+            return
+        if self.state is ConnectionState.CLOSING:
+            self._while_closing(frame)
+            return
+        if self.state is ConnectionState.CLIENT_CLOSING:
+            return
+        if frame.channel == 0:
+            if not isinstance(frame, framing.MethodFrame):
+                raise UnexpectedFrame("content frame on channel 0")
+            self._handle_connection_method(frame.method, events)
+            return
+        if self.state is not ConnectionState.OPEN:
+            raise CommandInvalid(
+                f"frame on channel {frame.channel} before the connection was opened"
+            )
+        self._handle_channel_frame(frame, events)
+
+    def _while_closing(self, frame: framing.Frame) -> None:
+        if frame.channel != 0 or not isinstance(frame, framing.MethodFrame):
+            return
+        name = frame.method.name
+        if name == "Connection.Close":
+            self._send(0, commands.Connection.CloseOk())
+            self.state = ConnectionState.CLOSED
+        elif name == "Connection.CloseOk":
+            self.state = ConnectionState.CLOSED
+
+    def _handle_connection_method(self, method: PamqpMethod, events: list[ev.Event]) -> None:
+        name = method.name
+        if name == "Connection.Close" and self.state is not ConnectionState.AWAITING_HEADER:
+            assert isinstance(method, commands.Connection.Close)
+            self.state = ConnectionState.CLIENT_CLOSING
+            events.append(
+                ev.ConnectionCloseRequested(method.reply_code or 0, method.reply_text or "")
+            )
+            return
+        expected = _HANDSHAKE.get(self.state)
+        if expected is None or name != expected:
+            if self.state is ConnectionState.OPEN and name == "Connection.UpdateSecret":
+                events.append(ev.MethodReceived(0, method))
+                return
+            wanted = f"'{expected}'" if expected else "no method"
+            raise CommandInvalid(
+                f"expected {wanted} on channel 0, got '{name}'", framing.method_ids(method)
+            )
+        if isinstance(method, commands.Connection.StartOk):
+            self._start_ok(method, events)
+        elif isinstance(method, commands.Connection.TuneOk):
+            self._tune_ok(method)
+        elif isinstance(method, commands.Connection.Open):
+            self.virtual_host = method.virtual_host
+            self.state = ConnectionState.OPENING
+            events.append(ev.OpenRequested(method.virtual_host))
+
+    def _start_ok(self, method: commands.Connection.StartOk, events: list[ev.Event]) -> None:
+        if method.mechanism not in self.settings.mechanisms:
+            raise CommandInvalid(
+                f"unknown authentication mechanism '{method.mechanism}'", framing.method_ids(method)
+            )
+        response = method.response
+        raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
+        self.client_properties = method.client_properties or {}
+        self.state = ConnectionState.AUTHENTICATING
+        events.append(ev.LoginRequested(method.mechanism, raw, self.client_properties))
+
+    def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        # RabbitMQ's rules: 0 means "no limit", which exceeds any server limit; values
+        # below the protocol minimum or above what we proposed are refused with 530.
+        self.channel_max = _negotiate(
+            "channel_max", method.channel_max, CHANNEL_MIN, self.settings.channel_max, method
+        )
+        self.frame_max = _negotiate(
+            "frame_max", method.frame_max, FRAME_MIN_SIZE, self.settings.frame_max, method
+        )
+        self._decoder.frame_max = self.frame_max
+        self.heartbeat = method.heartbeat
+        self.state = ConnectionState.AWAITING_OPEN
+
+    def _handle_channel_frame(self, frame: framing.Frame, events: list[ev.Event]) -> None:
+        number = frame.channel
+        channel = self._channels.get(number)
+        if channel is None:
+            if isinstance(frame, framing.MethodFrame) and frame.method.name == "Channel.Open":
+                self._open_channel(number, frame.method, events)
+                return
+            raise ChannelStateError(f"expected 'channel.open' on channel {number}")
+        if channel.state is ChannelState.CLOSING:
+            self._channel_while_closing(number, frame, events)
+            return
+        if channel.state is ChannelState.CLIENT_CLOSING:
+            return
+        if isinstance(frame, framing.MethodFrame):
+            self._channel_method(number, channel, frame.method, events)
+        elif isinstance(frame, framing.HeaderFrame):
+            self._content_header(number, channel, frame, events)
+        elif isinstance(frame, framing.BodyFrame):
+            self._content_body(number, channel, frame, events)
+
+    def _open_channel(self, number: int, method: PamqpMethod, events: list[ev.Event]) -> None:
+        if number > self.channel_max:
+            raise NotAllowed(
+                f"channel number {number} is above the negotiated channel_max ({self.channel_max})",
+                framing.method_ids(method),
+            )
+        if len(self._channels) >= self.channel_max:
+            raise NotAllowed(
+                f"number of channels opened ({len(self._channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})",
+                framing.method_ids(method),
+            )
+        self._channels[number] = _Channel()
+        self._send(number, commands.Channel.OpenOk())
+        events.append(ev.ChannelOpened(number))
+
+    def _channel_while_closing(
+        self, number: int, frame: framing.Frame, events: list[ev.Event]
+    ) -> None:
+        if not isinstance(frame, framing.MethodFrame):
+            return
+        if frame.method.name == "Channel.Close":
+            self._send(number, commands.Channel.CloseOk())
+        elif frame.method.name != "Channel.CloseOk":
+            return
+        del self._channels[number]
+        events.append(ev.ChannelClosed(number))
+
+    def _channel_method(
+        self, number: int, channel: _Channel, method: PamqpMethod, events: list[ev.Event]
+    ) -> None:
+        if channel.content is not None:
+            raise UnexpectedFrame(
+                f"expected content {'body' if channel.content.properties else 'header'} "
+                f"for {channel.content.method.name} on channel {number}, got {method.name}",
+                framing.method_ids(method),
+            )
+        name = method.name
+        if name == "Channel.Close":
+            assert isinstance(method, commands.Channel.Close)
+            channel.state = ChannelState.CLIENT_CLOSING
+            events.append(
+                ev.ChannelCloseRequested(number, method.reply_code or 0, method.reply_text or "")
+            )
+        elif name == "Channel.CloseOk":
+            return  # nothing of ours to confirm; RabbitMQ ignores it too
+        elif name == "Channel.Open":
+            raise ChannelStateError(
+                f"second 'channel.open' seen on channel {number}", framing.method_ids(method)
+            )
+        elif name.startswith("Connection."):
+            raise CommandInvalid(
+                f"'{name}' is only allowed on channel 0", framing.method_ids(method)
+            )
+        elif name == "Basic.Publish":
+            channel.content = _PartialContent(method)
+        else:
+            events.append(ev.MethodReceived(number, method))
+
+    def _content_header(
+        self, number: int, channel: _Channel, frame: framing.HeaderFrame, events: list[ev.Event]
+    ) -> None:
+        content = channel.content
+        if content is None or content.properties is not None:
+            raise UnexpectedFrame(f"unexpected content header on channel {number}")
+        if frame.body_size > self.settings.max_message_size:
+            channel.content = None
+            raise PreconditionFailed(
+                f"message size {frame.body_size} is larger than configured max size "
+                f"{self.settings.max_message_size}",
+                framing.method_ids(content.method),
+            )
+        content.properties = frame.properties
+        content.body_size = frame.body_size
+        if frame.body_size == 0:
+            self._content_complete(number, channel, events)
+
+    def _content_body(
+        self, number: int, channel: _Channel, frame: framing.BodyFrame, events: list[ev.Event]
+    ) -> None:
+        content = channel.content
+        if content is None or content.properties is None:
+            raise UnexpectedFrame(f"unexpected content body on channel {number}")
+        content.received += len(frame.payload)
+        if content.received > content.body_size:
+            raise UnexpectedFrame(
+                f"content body larger than the {content.body_size} bytes declared in its header"
+            )
+        content.chunks.append(frame.payload)
+        if content.received == content.body_size:
+            self._content_complete(number, channel, events)
+
+    def _content_complete(self, number: int, channel: _Channel, events: list[ev.Event]) -> None:
+        content = channel.content
+        assert content is not None and content.properties is not None
+        channel.content = None
+        body = content.chunks[0] if len(content.chunks) == 1 else b"".join(content.chunks)
+        events.append(ev.ContentReceived(number, content.method, content.properties, body))
+
+    # ---- what the shell decided -----------------------------------------------------------
+
+    def accept_login(self) -> None:
+        """Credentials are good: propose the tuning parameters."""
+        if self.state is not ConnectionState.AUTHENTICATING:
+            return
+        self._send(
+            0,
+            commands.Connection.Tune(
+                channel_max=self.settings.channel_max,
+                frame_max=self.settings.frame_max,
+                heartbeat=self.settings.heartbeat,
+            ),
+        )
+        self.state = ConnectionState.AWAITING_TUNE_OK
+
+    def accept_open(self) -> None:
+        """The vhost is usable: the connection is open."""
+        if self.state is not ConnectionState.OPENING:
+            return
+        self._send(0, commands.Connection.OpenOk())
+        self.state = ConnectionState.OPEN
+
+    def send_method(self, channel: int, method: PamqpMethod) -> None:
+        """Queue a method for the client; dropped if its channel is no longer open (the
+        client would have to discard it anyway)."""
+        if channel == 0:
+            if self.state not in (ConnectionState.CLOSED, ConnectionState.CLOSING):
+                self._send(0, method)
+        elif self.channel_is_open(channel):
+            self._send(channel, method)
+
+    def send_content(
+        self,
+        channel: int,
+        method: PamqpMethod,
+        properties: commands.Basic.Properties,
+        body: bytes,
+    ) -> None:
+        """Queue basic.deliver / get-ok / return with its header and body frames."""
+        if self.channel_is_open(channel):
+            self._out.append(
+                framing.encode_content(channel, method, properties, body, self.frame_max)
+            )
+
+    def send_heartbeat(self) -> None:
+        if self.state not in (ConnectionState.CLOSED, ConnectionState.AWAITING_HEADER):
+            self._out.append(framing.encode_heartbeat())
+
+    def finish_channel_close(self, channel: int) -> None:
+        """The shell released a channel the client closed: confirm with close-ok."""
+        ch = self._channels.get(channel)
+        if ch is not None and ch.state is ChannelState.CLIENT_CLOSING:
+            del self._channels[channel]
+            self._send(channel, commands.Channel.CloseOk())
+
+    def finish_connection_close(self) -> None:
+        """The shell released everything after the client's connection.close."""
+        if self.state is ConnectionState.CLIENT_CLOSING:
+            self._channels.clear()
+            self._send(0, commands.Connection.CloseOk())
+            self.state = ConnectionState.CLOSED
+
+    def abort(self) -> None:
+        """Give up on the connection without a close handshake (peer gone or timed out)."""
+        self._channels.clear()
+        self.state = ConnectionState.CLOSED
+
+    def fail(self, error: AMQPError, channel: int = 0) -> None:
+        """The one place that turns an error into `channel.close` or `connection.close`.
+
+        A channel-level error closes only its channel when it happened on an open channel of
+        an open connection; anything else (connection-level errors, errors on channel 0,
+        errors during the handshake) closes the connection.
+        """
+        if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            return
+        class_id, method_id = error.method
+        if error.closes_connection or channel == 0 or self.state is not ConnectionState.OPEN:
+            self._channels.clear()
+            self._send(
+                0,
+                commands.Connection.Close(
+                    reply_code=int(error.reply_code),
+                    reply_text=error.reply_text,
+                    class_id=class_id,
+                    method_id=method_id,
+                ),
+            )
+            self.state = ConnectionState.CLOSING
+            return
+        ch = self._channels.get(channel)
+        if ch is None or ch.state is not ChannelState.OPEN:
+            return
+        ch.state = ChannelState.CLOSING
+        ch.content = None
+        self._send(
+            channel,
+            commands.Channel.Close(
+                reply_code=int(error.reply_code),
+                reply_text=error.reply_text,
+                class_id=class_id,
+                method_id=method_id,
+            ),
+        )
+
+    def _send(self, channel: int, method: PamqpMethod) -> None:
+        self._out.append(framing.encode_method(channel, method))
+
+
+def _negotiate(name: str, client: int, minimum: int, server: int, method: PamqpMethod) -> int:
+    if client != 0 and client < minimum:
+        raise NotAllowed(
+            f"negotiated {name} = {client} is lower than the minimum allowed value ({minimum})",
+            framing.method_ids(method),
+        )
+    if server != 0 and (client == 0 or client > server):
+        raise NotAllowed(
+            f"negotiated {name} = {client} is higher than the maximum allowed value ({server})",
+            framing.method_ids(method),
+        )
+    return client or server

@@ -1,0 +1,200 @@
+"""AMQP 0-9-1 frames: an incremental decoder and the encoders for what the server sends.
+
+The decoder reads the 7-byte frame header itself, so a frame larger than the negotiated
+`frame_max` is refused (501 FRAME_ERROR) before any of its payload is buffered. Body frames,
+the hot path, are sliced out directly; method and content-header frames go through pamqp.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from pamqp import commands, header
+from pamqp import frame as pamqp_frame
+from pamqp.base import Frame as PamqpMethod
+
+from starlight_py.amqp.errors import AMQPError, AMQPSyntaxError, CommandInvalid, FrameError
+
+PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_OVERHEAD: Final = 8  # 7-byte header + 1 end byte
+_HEADER = struct.Struct(">BHI")
+_HEARTBEAT_BYTES: Final = _HEADER.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
+
+
+@dataclass(frozen=True, slots=True)
+class MethodFrame:
+    channel: int
+    method: PamqpMethod
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderFrame:
+    channel: int
+    body_size: int
+    properties: commands.Basic.Properties
+
+
+@dataclass(frozen=True, slots=True)
+class BodyFrame:
+    channel: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatFrame:
+    channel: int
+
+
+Frame = MethodFrame | HeaderFrame | BodyFrame | HeartbeatFrame
+
+
+class FrameDecoder:
+    """Turns received bytes into frames; call `feed` with whatever arrived.
+
+    `frame_max` can be lowered after tune-ok; it bounds the memory one connection can make
+    the proxy hold for a partial frame.
+    """
+
+    def __init__(self, frame_max: int) -> None:
+        self.frame_max = frame_max
+        self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray) -> tuple[list[Frame], AMQPError | None]:
+        """Decode every complete frame in the buffer.
+
+        Returns the frames decoded and, when the stream broke, the error that broke it:
+        FrameError (bad frame type, size over frame_max, missing end byte), AMQPSyntaxError
+        (fields that do not decode) or CommandInvalid (unknown method). Frames before the
+        error are still returned, so a valid close that precedes garbage is honoured.
+        """
+        self._buffer += data
+        frames: list[Frame] = []
+        buf = self._buffer
+        offset = 0
+        size_limit = self.frame_max - FRAME_OVERHEAD
+        error: AMQPError | None = None
+        try:
+            while len(buf) - offset >= _HEADER.size:
+                frame_type, channel, size = _HEADER.unpack_from(buf, offset)
+                if frame_type not in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT):
+                    raise FrameError(f"unknown frame type {frame_type}")
+                if size > size_limit:
+                    raise FrameError(
+                        f"frame size {size + FRAME_OVERHEAD} is larger than negotiated "
+                        f"frame_max {self.frame_max}"
+                    )
+                end = offset + _HEADER.size + size
+                if len(buf) <= end:
+                    break  # wait for the rest of the frame and its end byte
+                if buf[end] != FRAME_END:
+                    raise FrameError(f"bad frame end byte 0x{buf[end]:02x}")
+                payload = bytes(buf[offset + _HEADER.size : end])
+                frames.append(_decode(frame_type, channel, payload))
+                offset = end + 1
+        except AMQPError as e:
+            error = e
+            buf.clear()
+            return frames, error
+        if offset:
+            del buf[:offset]
+        return frames, error
+
+
+def _decode(frame_type: int, channel: int, payload: bytes) -> Frame:
+    if frame_type == FRAME_BODY:
+        return BodyFrame(channel, payload)
+    if frame_type == FRAME_HEARTBEAT:
+        if channel != 0:
+            raise FrameError("heartbeat frame on a channel other than 0")
+        return HeartbeatFrame(channel)
+    if frame_type == FRAME_METHOD:
+        return MethodFrame(channel, _decode_method(payload))
+    return _decode_header(channel, payload)
+
+
+def _decode_method(payload: bytes) -> PamqpMethod:
+    if len(payload) < 4:
+        raise AMQPSyntaxError("method frame too short")
+    (index,) = struct.unpack_from(">I", payload)
+    method_class = commands.INDEX_MAPPING.get(index)
+    if method_class is None:
+        raise CommandInvalidIndex(index)
+    method: PamqpMethod = method_class()
+    try:
+        method.unmarshal(payload[4:])
+    except RecursionError as e:
+        raise AMQPSyntaxError(f"field table nested too deeply in {method.name}") from e
+    except Exception as e:  # pamqp raises struct.error, ValueError, KeyError, IndexError...
+        raise AMQPSyntaxError(f"malformed {method.name}: {e}") from e
+    return method
+
+
+def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
+    content_header = header.ContentHeader()
+    try:
+        content_header.unmarshal(payload)
+    except RecursionError as e:
+        raise AMQPSyntaxError("field table nested too deeply in content header") from e
+    except Exception as e:
+        raise AMQPSyntaxError(f"malformed content header: {e}") from e
+    if content_header.class_id != commands.Basic.frame_id:
+        raise AMQPSyntaxError(f"content header for class {content_header.class_id}")
+    return HeaderFrame(channel, content_header.body_size, content_header.properties)
+
+
+class CommandInvalidIndex(CommandInvalid):
+    """A method frame names a class/method pair that AMQP 0-9-1 does not define."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"unknown method {index >> 16}.{index & 0xFFFF}")
+
+
+def method_ids(method: PamqpMethod) -> tuple[int, int]:
+    """(class_id, method_id) of a method, as channel.close / connection.close report them."""
+    index: int = method.index
+    return index >> 16, index & 0xFFFF
+
+
+def encode_method(channel: int, method: PamqpMethod) -> bytes:
+    """One method frame."""
+    data: bytes = pamqp_frame.marshal(method, channel)
+    return data
+
+
+def encode_content(
+    channel: int,
+    method: PamqpMethod,
+    properties: commands.Basic.Properties,
+    body: bytes,
+    frame_max: int,
+) -> bytes:
+    """A content-bearing method, its header frame and as many body frames as frame_max needs."""
+    parts = [
+        pamqp_frame.marshal(method, channel),
+        pamqp_frame.marshal(header.ContentHeader(0, len(body), properties), channel),
+    ]
+    parts.extend(_body_frames(channel, body, frame_max - FRAME_OVERHEAD))
+    return b"".join(parts)
+
+
+def _body_frames(channel: int, body: bytes, chunk: int) -> Iterable[bytes]:
+    view = memoryview(body)
+    for start in range(0, len(body), chunk):
+        piece = view[start : start + chunk]
+        yield _HEADER.pack(FRAME_BODY, channel, len(piece)) + piece + b"\xce"
+
+
+def encode_heartbeat() -> bytes:
+    return _HEARTBEAT_BYTES

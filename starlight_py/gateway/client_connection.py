@@ -1,0 +1,250 @@
+"""The I/O shell around one `AMQPConnection`: a socket, three tasks, and the dispatch of events.
+
+Tasks (one nursery per connection):
+- reader: `receive_some` -> `receive_data` -> handle each event in order;
+- writer: the only task that sends; it wakes when there is something queued and sends it
+  all with one `send_all` (batching frames queued by several events or deliveries);
+- timers: handshake deadline, heartbeats both ways (two missed intervals disconnects),
+  and the bounded wait for close-ok after we closed the connection.
+
+Every exception from handling an event ends in `AMQPConnection.fail`, the one place that
+picks channel.close or connection.close.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from pamqp import commands
+
+from starlight_py.amqp import events as ev
+from starlight_py.amqp.connection import AMQPConnection, ConnectionState
+from starlight_py.amqp.errors import (
+    AMQPError,
+    ConnectionAccessRefused,
+    InternalError,
+    NotImplementedMethod,
+)
+from starlight_py.amqp.framing import method_ids
+from starlight_py.auth.authenticator import AuthenticationFailed, Principal
+from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.units import SECONDS
+
+if TYPE_CHECKING:
+    from starlight_py.gateway.server import ProxyServices
+
+log = logging.getLogger("starlight.connection")
+
+CLOSE_OK_TIMEOUT = 3 * SECONDS
+LINGER_AFTER_CLOSE = 1 * SECONDS
+RECEIVE_SIZE = 64 * 1024
+_ids = itertools.count(1)
+
+
+class ClientConnection:
+    """One accepted client. `run()` returns when the connection is over."""
+
+    def __init__(self, stream: trio.abc.Stream, services: ProxyServices, peer: str) -> None:
+        self.stream = stream
+        self.services = services
+        self.peer = peer
+        self.id = f"conn-{next(_ids)}"
+        self.conn = AMQPConnection(services.server_settings)
+        self.principal: Principal | None = None
+        self.channels: dict[int, ChannelSession] = {}
+        self._wakeup = trio.Event()
+        self._last_received = trio.current_time()
+        self._last_sent = trio.current_time()
+        self._handshake_deadline = trio.current_time() + services.config.handshake_timeout
+        self._close_deadline: float | None = None
+        self._log = logging.LoggerAdapter(log, {"conn": self.id})
+
+    async def run(self) -> None:
+        self._log.debug("%s accepted from %s", self.id, self.peer)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_loop, nursery.cancel_scope)
+                nursery.start_soon(self._write_loop, nursery.cancel_scope)
+                nursery.start_soon(self._timers)
+        finally:
+            await self._hang_up()
+            self._log.info("%s from %s closed", self.id, self.peer)
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    async def _read_loop(self, scope: trio.CancelScope) -> None:
+        while not self.conn.closed:
+            try:
+                data = await self.stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                self._log.debug("%s: peer closed the socket", self.id)
+                self.conn.abort()
+                scope.cancel()
+                return
+            self._last_received = trio.current_time()
+            for event in self.conn.receive_data(data):
+                await self._handle(event)
+            self._kick()
+
+    async def _handle(self, event: ev.Event) -> None:
+        channel = getattr(event, "channel", 0)
+        try:
+            await self._dispatch(event)
+        except AMQPError as e:
+            self._on_error(channel, e)
+            self.conn.fail(e, channel)
+        except Exception as e:
+            # Our bug, not the client's: close with 541 and keep the details in our log.
+            self._log.exception("%s: internal error handling %s", self.id, type(event).__name__)
+            self.conn.fail(InternalError(f"internal error ({type(e).__name__})"), channel)
+
+    async def _dispatch(self, event: ev.Event) -> None:
+        if isinstance(event, ev.LoginRequested):
+            self._login(event)
+        elif isinstance(event, ev.OpenRequested):
+            namespace = await self.services.vhosts.resolve(event.virtual_host)
+            self.conn.accept_open()
+            self._log.info(
+                "%s: %s opened vhost %r (Pulsar namespace %s)",
+                self.id,
+                self.principal.name if self.principal else "?",
+                event.virtual_host,
+                namespace,
+            )
+        elif isinstance(event, ev.ChannelOpened):
+            self.channels[event.channel] = ChannelSession(event.channel)
+        elif isinstance(event, ev.MethodReceived):
+            self._method(event)
+        elif isinstance(event, ev.ContentReceived):
+            raise NotImplementedMethod(f"{event.method.name} is not implemented yet", (60, 40))
+        elif isinstance(event, ev.ChannelCloseRequested):
+            self.channels.pop(event.channel, None)
+            self.conn.finish_channel_close(event.channel)
+        elif isinstance(event, ev.ChannelClosed):
+            self.channels.pop(event.channel, None)
+        elif isinstance(event, ev.ConnectionCloseRequested):
+            self.channels.clear()
+            self.conn.finish_connection_close()
+        elif isinstance(event, ev.ErrorRaised):
+            self._on_error(event.channel, event.error)
+
+    def _login(self, event: ev.LoginRequested) -> None:
+        try:
+            self.principal = self.services.authenticator.authenticate(
+                event.mechanism, event.response
+            )
+        except AuthenticationFailed as e:
+            self._log.warning("%s: login refused from %s: %s", self.id, self.peer, e)
+            raise ConnectionAccessRefused(
+                f"Login was refused using authentication mechanism {event.mechanism}. "
+                "For details see the broker logfile.",
+                (10, 11),
+            ) from e
+        self.conn.accept_login()
+
+    def _method(self, event: ev.MethodReceived) -> None:
+        method = event.method
+        name = method.name
+        session = self.channels.get(event.channel)
+        if isinstance(method, commands.Confirm.Select) and session is not None:
+            session.confirm_mode = True
+            if not method.nowait:
+                self.conn.send_method(event.channel, commands.Confirm.SelectOk())
+            return
+        if isinstance(method, commands.Basic.Qos) and session is not None:
+            if method.prefetch_size:
+                # As RabbitMQ: byte-based prefetch is not supported.
+                raise NotImplementedMethod(
+                    f"prefetch_size!=0 ({method.prefetch_size})", method_ids(method)
+                )
+            if method.global_:
+                session.channel_prefetch = method.prefetch_count
+            else:
+                session.consumer_prefetch = method.prefetch_count
+            self.conn.send_method(event.channel, commands.Basic.QosOk())
+            return
+        if isinstance(method, commands.Channel.Flow):
+            # RabbitMQ answers flow(active=true) and refuses to stop delivery this way.
+            if method.active:
+                self.conn.send_method(event.channel, commands.Channel.FlowOk(active=True))
+                return
+            raise NotImplementedMethod("active=false", method_ids(method))
+        raise NotImplementedMethod(f"{name} is not implemented yet", method_ids(method))
+
+    def _on_error(self, channel: int, error: AMQPError) -> None:
+        scope = "connection" if error.closes_connection or channel == 0 else f"channel {channel}"
+        self._log.warning("%s: closing %s: %s", self.id, scope, error.reply_text)
+
+    # ---- writing ----------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        self._wakeup.set()
+
+    async def _write_loop(self, scope: trio.CancelScope) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            data = self.conn.data_to_send()
+            if data:
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self.conn.abort()
+                    scope.cancel()
+                    return
+                self._last_sent = trio.current_time()
+            if self.conn.closed:
+                scope.cancel()
+                return
+
+    # ---- timers -----------------------------------------------------------------------------
+
+    async def _timers(self) -> None:
+        while True:
+            now = trio.current_time()
+            heartbeat = self.conn.heartbeat if self.conn.is_open else 0
+            if self.conn.state is ConnectionState.CLOSING:
+                if self._close_deadline is None:
+                    self._close_deadline = now + CLOSE_OK_TIMEOUT
+                elif now >= self._close_deadline:
+                    self._log.info("%s: no close-ok within %.0f s", self.id, CLOSE_OK_TIMEOUT)
+                    self.conn.abort()
+            elif not self.conn.is_open and self.conn.state is not ConnectionState.CLIENT_CLOSING:
+                if now >= self._handshake_deadline:
+                    self._log.warning("%s: handshake timeout from %s", self.id, self.peer)
+                    self.conn.abort()
+            elif heartbeat:
+                if now - self._last_received > 2 * heartbeat:
+                    self._log.warning(
+                        "%s: missed heartbeats from client, timeout: %ss", self.id, heartbeat
+                    )
+                    self.conn.abort()
+                elif now - self._last_sent >= heartbeat / 2:
+                    self.conn.send_heartbeat()
+            self._kick()
+            tick = min(1.0, heartbeat / 4) if heartbeat else 1.0
+            await trio.sleep(max(0.05, tick))
+
+    # ---- the end ----------------------------------------------------------------------------
+
+    async def _hang_up(self) -> None:
+        """Close the socket politely: flush, half-close, give the peer a moment to read our
+        last frames (closing with unread input would reset the connection and lose them)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(LINGER_AFTER_CLOSE):
+            data = self.conn.data_to_send()
+            try:
+                if data:
+                    await self.stream.send_all(data)
+                if isinstance(self.stream, trio.SocketStream):
+                    await self.stream.send_eof()
+                    while await self.stream.receive_some(RECEIVE_SIZE):
+                        pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                pass
+        with trio.CancelScope(shield=True):
+            await self.stream.aclose()

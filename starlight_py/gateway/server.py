@@ -1,0 +1,133 @@
+"""The proxy process: listeners, the services every connection shares, and `serve`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+
+import trio
+from pamqp.common import FieldTable
+
+from starlight_py import __version__
+from starlight_py.amqp.connection import ServerSettings
+from starlight_py.auth.authenticator import AcceptAnyAuthenticator, Authenticator
+from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.config import ConfigError, Listener, StarlightConfig
+from starlight_py.gateway.client_connection import ClientConnection
+from starlight_py.gateway.vhosts import VhostResolver
+from starlight_py.model.namespaces import NamespaceRules
+
+log = logging.getLogger("starlight.server")
+
+# What RabbitMQ advertises and clients check before using a feature (pika refuses
+# confirm_delivery without publisher_confirms, for instance).
+CAPABILITIES: FieldTable = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": False,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": False,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}
+
+
+@dataclass
+class ProxyServices:
+    """What every connection of this process shares."""
+
+    config: StarlightConfig
+    server_settings: ServerSettings
+    authenticator: Authenticator
+    vhosts: VhostResolver
+
+
+def build_services(config: StarlightConfig) -> ProxyServices:
+    if not config.authentication_enabled:
+        log.warning(
+            "AUTHENTICATION IS DISABLED (authenticationEnabled=false): any client that can "
+            "reach the listeners gets in with any credentials"
+        )
+    settings = ServerSettings(
+        channel_max=config.channel_max,
+        frame_max=config.frame_max,
+        heartbeat=int(config.heartbeat),
+        max_message_size=config.max_message_size,
+        server_properties={
+            "product": "starlight-py",
+            "version": __version__,
+            "platform": f"Python {sys.version.split()[0]}",
+            "information": "AMQP 0-9-1 proxy for Apache Pulsar",
+            "cluster_name": "starlight",
+            "capabilities": CAPABILITIES,
+        },
+    )
+    rules = NamespaceRules(
+        config.default_tenant, config.default_namespace, config.map_short_vhost_to_tenant
+    )
+    vhosts = VhostResolver(rules, PulsarAdmin(config.pulsar_web_url), config.auto_create_namespaces)
+    return ProxyServices(config, settings, AcceptAnyAuthenticator(), vhosts)
+
+
+async def open_listeners(listeners: tuple[Listener, ...]) -> list[trio.SocketListener]:
+    """Bind every configured listener; raises ConfigError for what cannot be served yet and
+    OSError (address in use, permission) with the listener named."""
+    opened: list[trio.SocketListener] = []
+    for listener in listeners:
+        if listener.scheme == "amqps":
+            raise ConfigError(
+                "amqpListeners", f"{listener.url}: TLS listeners are not supported yet"
+            )
+        try:
+            opened.extend(await trio.open_tcp_listeners(listener.port, host=listener.host))
+        except OSError as e:
+            for sock in opened:
+                await sock.aclose()
+            raise OSError(e.errno, f"cannot listen on {listener.url}: {e.strerror}") from e
+    return opened
+
+
+def bound_urls(listeners: list[trio.SocketListener]) -> list[str]:
+    urls = []
+    for listener in listeners:
+        host, port = listener.socket.getsockname()[:2]
+        urls.append(f"amqp://{host}:{port}")
+    return urls
+
+
+async def serve(
+    config: StarlightConfig,
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the proxy until cancelled. `task_status.started` gets the bound listener URLs
+    (useful with port 0). Raises ConfigError or OSError when a listener cannot be opened."""
+    services = build_services(config)
+    listeners = await open_listeners(config.listeners)
+    urls = bound_urls(listeners)
+    for url in urls:
+        log.info("listening on %s", url)
+    log.info(
+        "Pulsar %s (admin %s), ZooKeeper %s",
+        config.pulsar_service_url,
+        config.pulsar_web_url,
+        config.zookeeper_servers,
+    )
+
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            peer = "?"
+        try:
+            await ClientConnection(stream, services, peer).run()
+        except Exception:
+            # One connection's failure must never take the listener down.
+            log.exception("connection from %s failed", peer)
+
+    task_status.started(urls)
+    await trio.serve_listeners(handle, listeners)

@@ -1,0 +1,36 @@
+"""Local infrastructure: Apache Pulsar standalone and ZooKeeper on this machine.
+
+Used by ``starlight-proxy standalone`` and by the integration-test fixtures. Pulsar's
+binary distribution is fetched once through Maven and cached (see :mod:`.distribution`);
+every JVM started here is stopped when the Python process exits normally (see
+:mod:`.process` for what cannot be covered).
+"""
+
+from starlight_py.local.distribution import (
+    PULSAR_VERSION,
+    default_cache_dir,
+    ensure_pulsar_distribution,
+    find_java,
+)
+from starlight_py.local.errors import LocalInfraError
+from starlight_py.local.external import ServiceEndpoints, endpoints_from_env
+from starlight_py.local.ports import ensure_port_free, free_port
+from starlight_py.local.process import stop_all_servers
+from starlight_py.local.pulsar import PulsarStandalone, standalone_conf
+from starlight_py.local.zookeeper import ZooKeeperServer
+
+__all__ = [
+    "PULSAR_VERSION",
+    "LocalInfraError",
+    "PulsarStandalone",
+    "ServiceEndpoints",
+    "ZooKeeperServer",
+    "default_cache_dir",
+    "endpoints_from_env",
+    "ensure_port_free",
+    "ensure_pulsar_distribution",
+    "find_java",
+    "free_port",
+    "standalone_conf",
+    "stop_all_servers",
+]

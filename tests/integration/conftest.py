@@ -1,0 +1,116 @@
+"""Real ZooKeeper and Pulsar, started once per test session (or taken from
+STARLIGHT_PULSAR_URL / STARLIGHT_PULSAR_WEB_URL / STARLIGHT_ZOOKEEPER), and proxies on top."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from starlight_py.local import (
+    PulsarStandalone,
+    ServiceEndpoints,
+    ZooKeeperServer,
+    endpoints_from_env,
+    ensure_pulsar_distribution,
+)
+from tests.support.proxy_runner import ProxyThread, proxy_config
+from tests.support.raw_amqp import RawClient
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def pulsar_distribution() -> Path:
+    return ensure_pulsar_distribution()
+
+
+@pytest.fixture(scope="session")
+def services(
+    tmp_path_factory: pytest.TempPathFactory, pulsar_distribution: Path
+) -> Iterator[ServiceEndpoints]:
+    external = endpoints_from_env()
+    if external is not None:
+        yield external
+        return
+    base = tmp_path_factory.mktemp("services")
+    zookeeper = ZooKeeperServer(base / "zookeeper", distribution=pulsar_distribution)
+    pulsar = PulsarStandalone(base / "pulsar", distribution=pulsar_distribution)
+    zookeeper.start()
+    try:
+        pulsar.start()
+        try:
+            yield ServiceEndpoints(pulsar.service_url, pulsar.web_url, zookeeper.connect_string)
+        finally:
+            pulsar.stop()
+    finally:
+        zookeeper.stop()
+
+
+ProxyFactory = Callable[..., ProxyThread]
+
+
+@pytest.fixture
+def start_proxy(services: ServiceEndpoints) -> Iterator[ProxyFactory]:
+    """Start a proxy with configuration overrides (conf keys), stopped after the test."""
+    started: list[ProxyThread] = []
+
+    def start(**overrides: str) -> ProxyThread:
+        config = proxy_config(
+            services.zookeeper, services.pulsar_service_url, services.pulsar_web_url, **overrides
+        )
+        proxy = ProxyThread(config).start()
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.stop()
+
+
+@pytest.fixture
+def proxy(start_proxy: ProxyFactory) -> ProxyThread:
+    return start_proxy()
+
+
+@dataclass(frozen=True)
+class Broker:
+    """Where behaviour tests connect: our proxy, or the AMQP URL in STARLIGHT_TEST_AMQP_URL
+    (a real RabbitMQ, to check that the expected values are RabbitMQ's)."""
+
+    host: str
+    port: int
+    is_rabbitmq: bool
+
+    def url(self, vhost: str = "%2F", **params: object) -> str:
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        base = f"amqp://guest:guest@{self.host}:{self.port}/{vhost}"
+        return base + (f"?{query}" if query else "")
+
+    def raw(self) -> RawClient:
+        return RawClient(self.host, self.port)
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest) -> Broker:
+    target = os.environ.get("STARLIGHT_TEST_AMQP_URL")
+    if target:
+        parts = urlsplit(target)
+        return Broker(parts.hostname or "127.0.0.1", parts.port or 5672, True)
+    proxy: ProxyThread = request.getfixturevalue("proxy")
+    return Broker("127.0.0.1", proxy.port, False)
+
+
+@pytest.fixture
+def proxy_only(broker: Broker) -> None:
+    """For tests of our own settings or extensions, which a stock RabbitMQ cannot pass."""
+    if broker.is_rabbitmq:
+        pytest.skip("proxy-specific behaviour")

@@ -1,0 +1,122 @@
+"""Real clients open, use and close connections (pika, aio-pika, kombu)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aio_pika
+import kombu
+import pika
+import pika.exceptions
+import pytest
+from pamqp import commands
+
+from starlight_py.backend.pulsar_admin import PulsarAdmin
+from tests.integration.conftest import Broker, ProxyFactory
+
+
+def test_pika_opens_channels_and_closes_cleanly(broker: Broker) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    channels = [connection.channel() for _ in range(5)]
+    assert [c.channel_number for c in channels] == [1, 2, 3, 4, 5]
+    assert connection._impl.server_properties["capabilities"]["publisher_confirms"] is True
+    channels[2].close()
+    assert channels[2].is_closed and channels[3].is_open
+    # A channel number freed by close can be opened again.
+    assert connection.channel(channel_number=3).is_open
+    connection.close()
+    assert connection.is_closed
+
+
+def test_aio_pika_connect_robust_opens_channels_and_closes(broker: Broker) -> None:
+    async def scenario() -> list[int]:
+        connection = await aio_pika.connect_robust(broker.url())
+        # aio-pika channels send confirm.select by default: the proxy must answer it.
+        first = await connection.channel()
+        second = await connection.channel(publisher_confirms=False)
+        numbers = [first.number, second.number]
+        await first.close()
+        await connection.close()
+        assert connection.is_closed
+        return numbers
+
+    assert asyncio.run(scenario()) == [1, 2]
+
+
+def test_kombu_connects_with_amqplain(broker: Broker) -> None:
+    # py-amqp (kombu's transport) logs in with AMQPLAIN when the server offers it.
+    with kombu.Connection(broker.url(), connect_timeout=10) as connection:
+        connection.connect()
+        channel = connection.channel()
+        assert channel.is_open
+        channel.close()
+
+
+def test_pika_negotiates_lower_limits_the_client_asks_for(broker: Broker) -> None:
+    params = pika.URLParameters(broker.url(channel_max=7, frame_max=8192, heartbeat=5))
+    connection = pika.BlockingConnection(params)
+    assert connection._impl.params.channel_max == 7
+    assert connection._impl.params.frame_max == 8192
+    connection.close()
+
+
+def test_unknown_vhost_is_refused_with_530(broker: Broker, start_proxy: ProxyFactory) -> None:
+    if broker.is_rabbitmq:
+        url = broker.url(vhost="no-such-vhost")
+    else:
+        # With namespace creation off, a vhost whose namespace is missing does not exist.
+        proxy = start_proxy(amqpAutoCreateNamespaces="false")
+        url = proxy.amqp_url(vhost="no-such-vhost")
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
+        pika.BlockingConnection(pika.URLParameters(url))
+    assert "530" in str(info.value) and "no-such-vhost" in str(info.value)
+
+
+def test_invalid_vhost_name_gets_a_clear_530(proxy_only: None, broker: Broker) -> None:
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
+        pika.BlockingConnection(pika.URLParameters(broker.url(vhost="a%2Fb%2Fc")))
+    text = str(info.value)
+    assert "530" in text and "more than one '/'" in text
+
+
+def test_vhost_maps_to_pulsar_namespace_created_on_demand(
+    proxy_only: None, broker: Broker, services: object
+) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url(vhost="orders")))
+    assert connection.channel().is_open
+    connection.close()
+    admin = PulsarAdmin(services.pulsar_web_url)  # type: ignore[attr-defined]
+    assert admin.namespace_exists("public", "orders")
+
+
+def test_unimplemented_method_answers_540_with_its_name(proxy_only: None, broker: Broker) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Basic.Recover(requeue=True))
+    close = client.expect_connection_close()
+    assert close.reply_code == 540
+    assert "Basic.Recover" in close.reply_text
+    client.close()
+
+
+def test_client_connection_close_gets_close_ok_then_eof(broker: Broker) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(0, commands.Connection.Close(200, "bye", 0, 0))
+    _, method = client.read_method()
+    assert isinstance(method, commands.Connection.CloseOk)
+    client.wait_closed()
+    client.close()
+
+
+def test_client_channel_close_gets_close_ok_and_connection_lives(broker: Broker) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Channel.Close(200, "done", 0, 0))
+    channel, method = client.read_method()
+    assert (channel, type(method)) == (1, commands.Channel.CloseOk)
+    assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
+    client.close()

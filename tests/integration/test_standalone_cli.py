@@ -1,0 +1,123 @@
+"""`starlight-proxy standalone` as a user runs it: a subprocess, stopped by a signal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pika
+import pytest
+
+from starlight_py.local import free_port
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\x00", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for_line(process: subprocess.Popen[str], needle: str, timeout: float) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            if process.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if needle in line:
+            return line
+    raise AssertionError(f"{needle!r} not printed; output:\n{''.join(seen[-40:])}")
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_standalone_serves_clients_and_stops_everything(
+    tmp_path: Path, stop_signal: signal.Signals
+) -> None:
+    data_dir = tmp_path / "standalone-data"
+    amqp_port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "starlight_py",
+        "standalone",
+        "--amqp-port",
+        str(amqp_port),
+        "--data-dir",
+        str(data_dir),
+        "--pulsar-port",
+        str(free_port()),
+        "--pulsar-web-port",
+        str(free_port()),
+        "--zookeeper-port",
+        str(free_port()),
+    ]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        banner = wait_for_line(process, "is ready", timeout=240)
+        assert f"amqp://127.0.0.1:{amqp_port}" in banner
+        assert len(processes_mentioning(str(data_dir))) >= 2  # ZooKeeper and Pulsar JVMs
+
+        connection = pika.BlockingConnection(
+            pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F")
+        )
+        assert connection.channel().is_open
+        connection.close()
+
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert processes_mentioning(str(data_dir)) == []
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", amqp_port), timeout=5)
+
+
+def test_standalone_with_a_busy_port_fails_fast_with_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "starlight_py",
+                "standalone",
+                "--amqp-port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "d"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert f"port {port}" in result.stderr and "in use" in result.stderr
+    assert processes_mentioning(str(tmp_path / "d")) == []

@@ -1,0 +1,73 @@
+"""Runs a proxy in-process (trio in a background thread) for tests that need their own
+configuration; stop() cancels it and joins the thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import trio
+
+from starlight_py.config import StarlightConfig, load_config
+from starlight_py.gateway.server import serve
+
+
+class ProxyThread:
+    def __init__(self, config: StarlightConfig) -> None:
+        self.config = config
+        self.url = ""
+        self.port = 0
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._scope: trio.CancelScope | None = None
+        self._thread = threading.Thread(target=self._run, name="proxy", daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                async with trio.open_nursery() as nursery:
+                    urls = await nursery.start(serve, self.config)
+                    self.url = urls[0]
+                    self.port = int(self.url.rsplit(":", 1)[1])
+                    self._ready.set()
+
+        try:
+            trio.run(main)
+        except BaseException as e:  # surfaced by start()
+            self._error = e
+        finally:
+            self._ready.set()
+
+    def start(self) -> ProxyThread:
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise RuntimeError("proxy failed to start") from self._error
+        return self
+
+    def stop(self) -> None:
+        if self._token is not None and self._scope is not None and self._thread.is_alive():
+            trio.from_thread.run_sync(self._scope.cancel, trio_token=self._token)
+        self._thread.join(15)
+        assert not self._thread.is_alive(), "proxy thread did not stop"
+
+    def amqp_url(self, vhost: str = "%2F", **params: object) -> str:
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/{vhost}" + (f"?{query}" if query else "")
+
+
+def proxy_config(
+    zookeeper: str, pulsar_url: str, pulsar_web_url: str, **overrides: str
+) -> StarlightConfig:
+    settings: Mapping[str, str] = {
+        "configurationStoreServers": zookeeper,
+        "brokerServiceURL": pulsar_url,
+        "brokerWebServiceURL": pulsar_web_url,
+        "amqpListeners": "amqp://127.0.0.1:0",
+        "amqpAutoCreateNamespaces": "true",
+        **overrides,
+    }
+    return load_config(None, {}, settings)
