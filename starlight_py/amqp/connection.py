@@ -111,7 +111,9 @@ class AMQPConnection:
         self.virtual_host = ""
         self.client_properties: FieldTable = {}
         self._header = bytearray()
-        self._decoder = framing.FrameDecoder(settings.frame_max)
+        # Until tune-ok only minimum-size frames are allowed (as RabbitMQ): a client that has
+        # not logged in cannot make us buffer more than 4 KiB.
+        self._decoder = framing.FrameDecoder(min(FRAME_MIN_SIZE, settings.frame_max))
         self._input_broken = False
         self._channels: dict[int, _Channel] = {}
         self._out: list[bytes] = []
@@ -173,7 +175,9 @@ class AMQPConnection:
                 self.fail(e, frame.channel)
             if self.closed:
                 break
-        if error is not None and not self.closed:
+        if error is not None and self.state is ConnectionState.CLIENT_CLOSING:
+            self._input_broken = True  # the client said goodbye; what follows is noise
+        elif error is not None and not self.closed:
             # The stream cannot be parsed past this point, so no close-ok can be read:
             # send connection.close and hang up once it is flushed.
             events.append(ev.ErrorRaised(0, error))
@@ -186,7 +190,8 @@ class AMQPConnection:
         need = len(framing.PROTOCOL_HEADER) - len(self._header)
         self._header += data[:need]
         rest = data[need:]
-        if bytes(self._header) != framing.PROTOCOL_HEADER[: len(self._header)]:
+        received = bytes(self._header)
+        if not any(h.startswith(received) for h in framing.ACCEPTED_PROTOCOL_HEADERS):
             # The spec's answer to a wrong header: our header, then close the socket.
             self._out.append(framing.PROTOCOL_HEADER)
             self.state = ConnectionState.CLOSED
@@ -220,8 +225,9 @@ class AMQPConnection:
             self._handle_connection_method(frame.method, events)
             return
         if self.state is not ConnectionState.OPEN:
-            raise CommandInvalid(
-                f"frame on channel {frame.channel} before the connection was opened"
+            raise UnexpectedFrame(
+                f"frame on channel {frame.channel} before the connection was opened",
+                _ids_of(frame),
             )
         self._handle_channel_frame(frame, events)
 
@@ -249,9 +255,11 @@ class AMQPConnection:
             if self.state is ConnectionState.OPEN and name == "Connection.UpdateSecret":
                 events.append(ev.MethodReceived(0, method))
                 return
-            wanted = f"'{expected}'" if expected else "no method"
-            raise CommandInvalid(
-                f"expected {wanted} on channel 0, got '{name}'", framing.method_ids(method)
+            # RabbitMQ's answer, in every state: 504 "unexpected method in connection state".
+            state = "running" if self.state is ConnectionState.OPEN else self.state.name.lower()
+            raise ChannelStateError(
+                f"unexpected method in connection state {state}: '{name}'",
+                framing.method_ids(method),
             )
         if isinstance(method, commands.Connection.StartOk):
             self._start_ok(method, events)
@@ -293,7 +301,7 @@ class AMQPConnection:
             if isinstance(frame, framing.MethodFrame) and frame.method.name == "Channel.Open":
                 self._open_channel(number, frame.method, events)
                 return
-            raise ChannelStateError(f"expected 'channel.open' on channel {number}")
+            raise ChannelStateError(f"expected 'channel.open' on channel {number}", _ids_of(frame))
         if channel.state is ChannelState.CLOSING:
             self._channel_while_closing(number, frame, events)
             return
@@ -310,12 +318,6 @@ class AMQPConnection:
         if number > self.channel_max:
             raise NotAllowed(
                 f"channel number {number} is above the negotiated channel_max ({self.channel_max})",
-                framing.method_ids(method),
-            )
-        if len(self._channels) >= self.channel_max:
-            raise NotAllowed(
-                f"number of channels opened ({len(self._channels)}) has reached the "
-                f"negotiated channel_max ({self.channel_max})",
                 framing.method_ids(method),
             )
         self._channels[number] = _Channel()
@@ -351,7 +353,8 @@ class AMQPConnection:
                 ev.ChannelCloseRequested(number, method.reply_code or 0, method.reply_text or "")
             )
         elif name == "Channel.CloseOk":
-            return  # nothing of ours to confirm; RabbitMQ ignores it too
+            # Nothing of ours to confirm; RabbitMQ treats it as an unknown command too.
+            raise CommandInvalid("unimplemented method", framing.method_ids(method))
         elif name == "Channel.Open":
             raise ChannelStateError(
                 f"second 'channel.open' seen on channel {number}", framing.method_ids(method)
@@ -513,6 +516,12 @@ class AMQPConnection:
 
     def _send(self, channel: int, method: PamqpMethod) -> None:
         self._out.append(framing.encode_method(channel, method))
+
+
+def _ids_of(frame: framing.Frame) -> tuple[int, int]:
+    if isinstance(frame, framing.MethodFrame):
+        return framing.method_ids(frame.method)
+    return (0, 0)
 
 
 def _negotiate(name: str, client: int, minimum: int, server: int, method: PamqpMethod) -> int:

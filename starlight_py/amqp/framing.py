@@ -16,9 +16,11 @@ from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
 
-from starlight_py.amqp.errors import AMQPError, AMQPSyntaxError, CommandInvalid, FrameError
+from starlight_py.amqp.errors import AMQPError, CommandInvalid, FrameError, UnexpectedFrame
 
 PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+# RabbitMQ also accepts the AMQP 0-9 header and speaks 0-9-1 to it; so do we.
+ACCEPTED_PROTOCOL_HEADERS: Final = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
 FRAME_METHOD: Final = 1
 FRAME_HEADER: Final = 2
 FRAME_BODY: Final = 3
@@ -76,7 +78,8 @@ class FrameDecoder:
 
         Returns the frames decoded and, when the stream broke, the error that broke it:
         FrameError (bad frame type, size over frame_max, missing end byte), AMQPSyntaxError
-        (fields that do not decode) or CommandInvalid (unknown method). Frames before the
+        (fields that do not decode: 501 "cannot decode", as RabbitMQ) or CommandInvalid
+        (unknown method). Frames before the
         error are still returned, so a valid close that precedes garbage is honoured.
         """
         self._buffer += data
@@ -117,7 +120,8 @@ def _decode(frame_type: int, channel: int, payload: bytes) -> Frame:
         return BodyFrame(channel, payload)
     if frame_type == FRAME_HEARTBEAT:
         if channel != 0:
-            raise FrameError("heartbeat frame on a channel other than 0")
+            # RabbitMQ answers 505 here (the spec says 501); clients see RabbitMQ's.
+            raise UnexpectedFrame(f"heartbeat frame on channel {channel}")
         return HeartbeatFrame(channel)
     if frame_type == FRAME_METHOD:
         return MethodFrame(channel, _decode_method(payload))
@@ -126,18 +130,20 @@ def _decode(frame_type: int, channel: int, payload: bytes) -> Frame:
 
 def _decode_method(payload: bytes) -> PamqpMethod:
     if len(payload) < 4:
-        raise AMQPSyntaxError("method frame too short")
+        raise FrameError("cannot decode method frame: shorter than a method id")
     (index,) = struct.unpack_from(">I", payload)
     method_class = commands.INDEX_MAPPING.get(index)
     if method_class is None:
         raise CommandInvalidIndex(index)
     method: PamqpMethod = method_class()
+    ids = (index >> 16, index & 0xFFFF)
     try:
         method.unmarshal(payload[4:])
     except RecursionError as e:
-        raise AMQPSyntaxError(f"field table nested too deeply in {method.name}") from e
+        raise FrameError(f"cannot decode {method.name}: field table nested too deeply", ids) from e
     except Exception as e:  # pamqp raises struct.error, ValueError, KeyError, IndexError...
-        raise AMQPSyntaxError(f"malformed {method.name}: {e}") from e
+        # RabbitMQ: 501 FRAME_ERROR "cannot decode", with the method's ids.
+        raise FrameError(f"cannot decode {method.name}: {e}", ids) from e
     return method
 
 
@@ -146,11 +152,11 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
     try:
         content_header.unmarshal(payload)
     except RecursionError as e:
-        raise AMQPSyntaxError("field table nested too deeply in content header") from e
+        raise FrameError("cannot decode content header: field table nested too deeply") from e
     except Exception as e:
-        raise AMQPSyntaxError(f"malformed content header: {e}") from e
+        raise FrameError(f"cannot decode content header: {e}") from e
     if content_header.class_id != commands.Basic.frame_id:
-        raise AMQPSyntaxError(f"content header for class {content_header.class_id}")
+        raise UnexpectedFrame(f"content header for class {content_header.class_id}")
     return HeaderFrame(channel, content_header.body_size, content_header.properties)
 
 

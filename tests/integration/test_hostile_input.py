@@ -18,8 +18,8 @@ from tests.support.raw_amqp import PROTOCOL_HEADER, RawClient
 
 @pytest.mark.parametrize(
     "header",
-    [b"AMQP\x01\x01\x00\x09", b"AMQP\x00\x00\x09\x00", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"],
-    ids=["amqp-0-8", "amqp-0-9-0", "http"],
+    [b"AMQP\x00\x00\x08\x00", b"AMQP\x00\x00\x09\x00", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"],
+    ids=["amqp-0-0-8", "amqp-0-9-0", "http"],
 )
 def test_wrong_protocol_header_gets_ours_then_close(broker: Broker, header: bytes) -> None:
     client = broker.raw()
@@ -194,3 +194,50 @@ def test_garbage_from_other_clients_leaves_a_working_client_alone(broker: Broker
 
 def pamqp_frame(channel: int, value: object) -> bytes:
     return pamqp_frame_module.marshal(value, channel)  # type: ignore[arg-type]
+
+
+def test_truncated_method_is_501_cannot_decode_with_its_ids(broker: Broker) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send(struct.pack(">BHI", 1, 1, 5) + struct.pack(">HH", 60, 10) + b"\x00\xce")
+    close = client.expect_connection_close()
+    assert (close.reply_code, close.class_id, close.method_id) == (501, 60, 10)
+    assert "cannot decode" in close.reply_text
+    client.close()
+
+
+def test_heartbeat_on_a_channel_is_505(broker: Broker) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.send(struct.pack(">BHI", 8, 1, 0) + b"\xce")
+    assert client.expect_connection_close().reply_code == 505
+    client.close()
+
+
+def test_unsolicited_channel_close_ok_is_503(broker: Broker) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Channel.CloseOk())
+    close = client.expect_connection_close()
+    assert (close.reply_code, close.class_id, close.method_id) == (503, 20, 41)
+    client.close()
+
+
+def test_method_on_unopened_channel_reports_its_ids(broker: Broker) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.send_method(5, commands.Basic.Qos(prefetch_count=1))
+    close = client.expect_connection_close()
+    assert (close.reply_code, close.class_id, close.method_id) == (504, 60, 10)
+    client.close()
+
+
+def test_amqp_0_9_header_is_answered_with_connection_start(broker: Broker) -> None:
+    client = broker.raw()
+    client.send(b"AMQP\x01\x01\x00\x09")
+    _, start = client.read_method()
+    assert isinstance(start, commands.Connection.Start)
+    assert (start.version_major, start.version_minor) == (0, 9)
+    client.close()

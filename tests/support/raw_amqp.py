@@ -47,7 +47,10 @@ class RawClient:
                     self.buffer = self.buffer[used:]
                     return channel, value
             self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            chunk = self.sock.recv(65536)
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError as e:
+                raise EOFError("server reset the connection") from e
             if not chunk:
                 raise EOFError("server closed the connection")
             self.buffer += chunk
@@ -60,21 +63,25 @@ class RawClient:
                 return channel, value
 
     def read_raw(self, timeout: float = 10.0) -> bytes:
-        """Whatever arrives until the server closes (buffered bytes first)."""
+        """Whatever arrives until the server closes or resets (buffered bytes first)."""
         data, self.buffer = self.buffer, b""
         self.sock.settimeout(timeout)
         while True:
-            chunk = self.sock.recv(65536)
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                return data
             if not chunk:
                 return data
             data += chunk
 
     def wait_closed(self, timeout: float = 10.0) -> float:
-        """Read and drop everything until EOF; returns the seconds it took."""
+        """Read and drop everything until EOF or reset; returns the seconds it took."""
         start = time.monotonic()
         self.sock.settimeout(timeout)
-        while self.sock.recv(65536):
-            pass
+        with contextlib.suppress(ConnectionResetError):
+            while self.sock.recv(65536):
+                pass
         return time.monotonic() - start
 
     def handshake(

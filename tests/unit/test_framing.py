@@ -9,10 +9,10 @@ from pamqp import body, commands, frame, header, heartbeat
 
 from starlight_py.amqp import framing
 from starlight_py.amqp.errors import (
-    AMQPSyntaxError,
     CommandInvalid,
     FrameError,
     ReplyCode,
+    UnexpectedFrame,
 )
 from starlight_py.amqp.framing import (
     BodyFrame,
@@ -170,10 +170,10 @@ def test_unknown_frame_type_is_a_frame_error(frame_type: int) -> None:
     assert isinstance(error, FrameError)
 
 
-def test_heartbeat_on_a_channel_is_a_frame_error() -> None:
+def test_heartbeat_on_a_channel_is_unexpected_like_rabbitmq() -> None:
     frames, error = FrameDecoder(4096).feed(raw_frame(8, 3, b""))
     assert frames == []
-    assert isinstance(error, FrameError)
+    assert isinstance(error, UnexpectedFrame)
 
 
 def test_frames_before_an_error_are_returned_and_the_buffer_is_dropped() -> None:
@@ -188,27 +188,27 @@ def test_frames_before_an_error_are_returned_and_the_buffer_is_dropped() -> None
 
 
 @pytest.mark.parametrize("cut", [0, 1, 2, 3])
-def test_method_frame_shorter_than_its_index_is_502(cut: int) -> None:
+def test_method_frame_shorter_than_its_index_is_501(cut: int) -> None:
     payload = struct.pack(">HH", 60, 80)[:cut]
     frames, error = FrameDecoder(4096).feed(raw_frame(1, 1, payload))
     assert frames == []
-    assert isinstance(error, AMQPSyntaxError)
-    assert error.reply_code == 502
+    assert isinstance(error, FrameError)
+    assert error.reply_code == 501
 
 
-def test_truncated_method_fields_are_502() -> None:
+def test_truncated_method_fields_are_501() -> None:
     full = frame.marshal(
         commands.Queue.Declare(queue="abcdef", durable=True, arguments={"x-max-length": 10}), 1
     )[7:-1]
     for cut in range(4, len(full)):
         frames, error = FrameDecoder(4096).feed(raw_frame(1, 1, full[:cut]))
         assert frames == [], cut
-        assert isinstance(error, AMQPSyntaxError), cut
-        assert error.reply_code == 502
+        assert isinstance(error, FrameError), cut
+        assert error.reply_code == 501
         assert "Queue.Declare" in error.text
 
 
-def test_deeply_nested_field_table_is_502_not_a_crash() -> None:
+def test_deeply_nested_field_table_is_501_not_a_crash() -> None:
     table = b""
     for _ in range(5000):
         table = b"\x01aF" + struct.pack(">I", len(table)) + table
@@ -222,7 +222,7 @@ def test_deeply_nested_field_table_is_502_not_a_crash() -> None:
     )
     frames, error = FrameDecoder(10 * 1024 * 1024).feed(raw_frame(1, 1, payload))
     assert frames == []
-    assert isinstance(error, AMQPSyntaxError)
+    assert isinstance(error, FrameError)
 
 
 @pytest.mark.parametrize(("class_id", "method_id"), [(99, 1), (60, 999), (0, 0)])
@@ -235,15 +235,15 @@ def test_unknown_method_index_is_503(class_id: int, method_id: int) -> None:
     assert error.reply_text == f"COMMAND_INVALID - unknown method {class_id}.{method_id}"
 
 
-def test_content_header_for_another_class_is_502() -> None:
+def test_content_header_for_another_class_is_505() -> None:
     good = frame.marshal(header.ContentHeader(0, 3, commands.Basic.Properties()), 1)[7:-1]
     payload = struct.pack(">H", 50) + good[2:]
     frames, error = FrameDecoder(4096).feed(raw_frame(2, 1, payload))
     assert frames == []
-    assert isinstance(error, AMQPSyntaxError)
+    assert isinstance(error, UnexpectedFrame)
 
 
-def test_truncated_content_header_is_502() -> None:
+def test_truncated_content_header_is_501() -> None:
     # The last property set is an octet: pamqp does not notice a short trailing string.
     props = commands.Basic.Properties(
         content_type="text/plain", headers={"k": "v", "n": 5}, delivery_mode=2, priority=5
@@ -252,7 +252,7 @@ def test_truncated_content_header_is_502() -> None:
     for cut in range(len(full)):
         frames, error = FrameDecoder(4096).feed(raw_frame(2, 1, full[:cut]))
         assert frames == [], cut
-        assert isinstance(error, AMQPSyntaxError), cut
+        assert isinstance(error, FrameError), cut
 
 
 def test_empty_body_frame() -> None:
