@@ -1,4 +1,4 @@
-"""A small client for Pulsar's admin REST API (namespaces now; stats and subscriptions later).
+"""A small client for Pulsar's admin REST API: namespaces, topics, subscriptions, stats.
 
 Synchronous on purpose: these calls are off the hot path, and the gateway runs them in a
 worker thread (`trio.to_thread.run_sync`). Every failure is translated to `PulsarAdminError`
@@ -10,10 +10,23 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from starlight_py.model.naming import TopicName, quote_path_segment
+from starlight_py.model.positions import MessageIdRecord
 from starlight_py.units import SECONDS
+
+# Pulsar's MessageId.latest: (Long.MAX_VALUE, Long.MAX_VALUE, partition -1).
+_JAVA_LONG_MAX = 2**63 - 1
+_LATEST = {
+    "ledgerId": _JAVA_LONG_MAX,
+    "entryId": _JAVA_LONG_MAX,
+    "partitionIndex": -1,
+    "batchIndex": -1,
+    "isExcluded": False,
+}
 
 
 class BackendUnavailable(Exception):
@@ -26,6 +39,20 @@ class PulsarAdminError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStats:
+    """One subscription in a topic's stats.
+
+    `backlog` counts every message not acknowledged yet, including the `unacked` ones:
+    those the broker has dispatched to a consumer (into its receiver queue, not necessarily
+    into the application) and that wait for an acknowledgement.
+    """
+
+    backlog: int
+    unacked: int
+    consumer_names: tuple[str, ...]
 
 
 class PulsarAdmin:
@@ -94,6 +121,154 @@ class PulsarAdmin:
             except PulsarAdminError as again:
                 if again.status != 409:
                     raise
+
+    def create_topic(self, topic: TopicName) -> bool:
+        """Create a non-partitioned topic; False when it already existed.
+
+        Raises PulsarAdminError (404: no such namespace) or BackendUnavailable.
+        """
+        try:
+            self._request("PUT", f"/admin/v2/{topic.rest_path}")
+        except PulsarAdminError as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
+
+    def delete_topic(self, topic: TopicName, force: bool = True) -> bool:
+        """Delete a topic (with `force`, even with producers, consumers or subscriptions);
+        False when it did not exist. Raises PulsarAdminError or BackendUnavailable."""
+        try:
+            self._request("DELETE", f"/admin/v2/{topic.rest_path}?force={_flag(force)}")
+        except PulsarAdminError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    def create_subscription(self, topic: TopicName, subscription: str) -> bool:
+        """Create a durable subscription at the topic's latest position (a message sent
+        before does not count, one sent after does), creating the topic when needed;
+        False when the subscription already existed (its cursor is left where it is).
+
+        Raises PulsarAdminError (404: no such namespace) or BackendUnavailable.
+        """
+        path = f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
+        try:
+            self._request("PUT", path, _LATEST)
+        except PulsarAdminError as e:
+            if e.status == 409:
+                return False
+            # 412 "Topic does not exist and cannot be auto-created": the namespace forbids
+            # auto-creation, so create the topic explicitly and try once more.
+            if e.status != 412:
+                raise
+            self.create_topic(topic)
+            try:
+                self._request("PUT", path, _LATEST)
+            except PulsarAdminError as again:
+                if again.status == 409:
+                    return False
+                raise
+        return True
+
+    def delete_subscription(self, topic: TopicName, subscription: str, force: bool = True) -> bool:
+        """Delete a subscription (with `force`, disconnecting its consumers); False when it
+        (or its topic, or its namespace) did not exist.
+
+        Raises PulsarAdminError (412: consumers connected and not `force`) or
+        BackendUnavailable.
+        """
+        path = (
+            f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
+            f"?force={_flag(force)}"
+        )
+        try:
+            self._request("DELETE", path)
+        except PulsarAdminError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    def last_message_id(self, topic: TopicName) -> MessageIdRecord | None:
+        """The id of the last message written to the topic; None when it has none yet or
+        does not exist.
+
+        The broker answers a topic that never had a message with its current ledger and
+        entry -1 (`{"ledgerId": 3, "entryId": -1, ...}`); after an unload it keeps
+        answering the last written entry of the previous ledger, so an empty current
+        ledger does not hide older messages. Raises PulsarAdminError or BackendUnavailable.
+        """
+        try:
+            answer = self._request("GET", f"/admin/v2/{topic.rest_path}/lastMessageId")
+        except PulsarAdminError as e:
+            if e.status == 404:
+                return None
+            raise
+        try:
+            record = MessageIdRecord(
+                ledger_id=int(answer["ledgerId"]),
+                entry_id=int(answer["entryId"]),
+                batch_index=int(answer.get("batchIndex", -1)),
+                partition=int(answer.get("partitionIndex", -1)),
+            )
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise PulsarAdminError(200, f"unexpected lastMessageId answer {answer!r}") from e
+        if record.ledger_id < 0 or record.entry_id < 0:
+            return None
+        return record
+
+    def subscription_stats(self, topic: TopicName) -> dict[str, SubscriptionStats]:
+        """Backlog, unacknowledged count and consumers of each subscription of the topic;
+        empty when the topic does not exist. Raises PulsarAdminError or BackendUnavailable.
+        """
+        try:
+            answer = self._request("GET", f"/admin/v2/{topic.rest_path}/stats")
+        except PulsarAdminError as e:
+            if e.status == 404:
+                return {}
+            raise
+        try:
+            return {
+                name: SubscriptionStats(
+                    backlog=int(stats.get("msgBacklog", 0)),
+                    unacked=int(stats.get("unackedMessages", 0)),
+                    consumer_names=tuple(
+                        str(consumer.get("consumerName", ""))
+                        for consumer in stats.get("consumers", [])
+                    ),
+                )
+                for name, stats in answer.get("subscriptions", {}).items()
+            }
+        except (TypeError, ValueError, AttributeError) as e:
+            raise PulsarAdminError(200, f"unexpected stats answer for {topic}") from e
+
+    def cursor_position(self, topic: TopicName, subscription: str) -> MessageIdRecord | None:
+        """The subscription's mark-delete position: every message at or before it is
+        acknowledged (messages acknowledged out of order after it do not move it). None
+        when the topic or the subscription does not exist.
+
+        `L:-1` (entry -1) is a real answer: nothing of ledger L acknowledged yet, which
+        orders before any message of L. Raises PulsarAdminError or BackendUnavailable.
+        """
+        try:
+            answer = self._request("GET", f"/admin/v2/{topic.rest_path}/internalStats")
+        except PulsarAdminError as e:
+            if e.status == 404:
+                return None
+            raise
+        try:
+            cursor = answer.get("cursors", {}).get(subscription)
+            if cursor is None:
+                return None
+            return MessageIdRecord.parse_position(str(cursor["markDeletePosition"]))
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise PulsarAdminError(200, f"unexpected internalStats answer for {topic}") from e
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def _reason(error: urllib.error.HTTPError) -> str:

@@ -15,3 +15,5 @@ class ChannelSession:
     # basic.qos: RabbitMQ semantics, global=false -> each new consumer, global=true -> channel.
     consumer_prefetch: int = 0
     channel_prefetch: int = 0
+    # AMQP: an empty queue name in later methods means the last queue declared here.
+    last_queue: str | None = None

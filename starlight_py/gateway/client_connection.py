@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from pamqp import commands
+from pamqp.base import Frame as PamqpMethod
 
 from starlight_py.amqp import events as ev
 from starlight_py.amqp.connection import AMQPConnection, ConnectionState
@@ -31,6 +32,8 @@ from starlight_py.amqp.errors import (
 from starlight_py.amqp.framing import method_ids
 from starlight_py.auth.authenticator import AuthenticationFailed, Principal
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.errors import as_amqp_error
+from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.units import SECONDS
 
 if TYPE_CHECKING:
@@ -55,6 +58,7 @@ class ClientConnection:
         self.conn = AMQPConnection(services.server_settings)
         self.principal: Principal | None = None
         self.channels: dict[int, ChannelSession] = {}
+        self.vhost: VhostContext | None = None
         self._wakeup = trio.Event()
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
@@ -71,7 +75,18 @@ class ClientConnection:
                 nursery.start_soon(self._timers)
         finally:
             await self._hang_up()
+            await self._release()
             self._log.info("%s from %s closed", self.id, self.peer)
+
+    async def _release(self) -> None:
+        """What dies with the connection: its exclusive queues."""
+        if self.vhost is None or not self.vhost.exclusive_queues:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(30):
+            try:
+                await self.services.topology_methods.release_connection(self.vhost)
+            except Exception:
+                self._log.exception("%s: could not delete its exclusive queues", self.id)
 
     # ---- reading ----------------------------------------------------------------------------
 
@@ -95,19 +110,23 @@ class ClientConnection:
         channel = getattr(event, "channel", 0)
         try:
             await self._dispatch(event)
-        except AMQPError as e:
-            self._on_error(channel, e)
-            self.conn.fail(e, channel)
         except Exception as e:
-            # Our bug, not the client's: close with 541 and keep the details in our log.
-            self._log.exception("%s: internal error handling %s", self.id, type(event).__name__)
-            self.conn.fail(InternalError(f"internal error ({type(e).__name__})"), channel)
+            error = as_amqp_error(e)
+            if error is None:
+                # Our bug, not the client's: 541, with the details in our log only.
+                self._log.exception("%s: internal error handling %s", self.id, type(event).__name__)
+                error = InternalError(f"internal error ({type(e).__name__})")
+            self._on_error(channel, error)
+            self.conn.fail(error, channel)
 
     async def _dispatch(self, event: ev.Event) -> None:
         if isinstance(event, ev.LoginRequested):
             self._login(event)
         elif isinstance(event, ev.OpenRequested):
-            namespace = await self.services.vhosts.resolve(event.virtual_host)
+            namespace = await self.services.open_vhost(event.virtual_host)
+            self.vhost = VhostContext(
+                event.virtual_host, namespace, f"{self.services.proxy_id}/{self.id}"
+            )
             self.conn.accept_open()
             self._log.info(
                 "%s: %s opened vhost %r (Pulsar namespace %s)",
@@ -119,7 +138,7 @@ class ClientConnection:
         elif isinstance(event, ev.ChannelOpened):
             self.channels[event.channel] = ChannelSession(event.channel)
         elif isinstance(event, ev.MethodReceived):
-            self._method(event)
+            await self._method(event)
         elif isinstance(event, ev.ContentReceived):
             raise NotImplementedMethod(f"{event.method.name} is not implemented yet", (60, 40))
         elif isinstance(event, ev.ChannelCloseRequested):
@@ -147,10 +166,17 @@ class ClientConnection:
             ) from e
         self.conn.accept_login()
 
-    def _method(self, event: ev.MethodReceived) -> None:
+    async def _method(self, event: ev.MethodReceived) -> None:
         method = event.method
         name = method.name
         session = self.channels.get(event.channel)
+        if session is not None and self.vhost is not None:
+
+            def reply(answer: PamqpMethod) -> None:
+                self.conn.send_method(event.channel, answer)
+
+            if await self.services.topology_methods.handle(self.vhost, session, method, reply):
+                return
         if isinstance(method, commands.Confirm.Select) and session is not None:
             session.confirm_mode = True
             if not method.nowait:

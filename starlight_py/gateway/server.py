@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import sys
 from dataclasses import dataclass
 
@@ -11,12 +14,17 @@ from pamqp.common import FieldTable
 
 from starlight_py import __version__
 from starlight_py.amqp.connection import ServerSettings
+from starlight_py.amqp.errors import InternalError
 from starlight_py.auth.authenticator import AcceptAnyAuthenticator, Authenticator
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
+from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
-from starlight_py.model.namespaces import NamespaceRules
+from starlight_py.metadata.records import Paths
+from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
+from starlight_py.model.namespaces import NamespaceName, NamespaceRules
+from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.server")
 
@@ -43,6 +51,31 @@ class ProxyServices:
     server_settings: ServerSettings
     authenticator: Authenticator
     vhosts: VhostResolver
+    zookeeper: ZooKeeperClient
+    topology: TopologyService
+    topology_methods: TopologyMethods
+    proxy_id: str
+
+    async def open_vhost(self, vhost: str) -> NamespaceName:
+        """The namespace of a vhost for connection.open: an existing record (an explicit
+        mapping by starlight-admin, or one made by the rules earlier) wins; otherwise the
+        rules decide and the vhost is created with its predeclared exchanges.
+
+        Raises NotAllowed (530) for unusable vhosts, InternalError (541) when Pulsar or
+        ZooKeeper cannot be asked."""
+        try:
+            record = await trio.to_thread.run_sync(self.topology.get_vhost, vhost)
+        except MetadataUnavailable as e:
+            raise InternalError(f"cannot open vhost '{vhost}': {e}", (10, 40)) from e
+        if record is not None:
+            await self.vhosts.check_namespace(vhost, record.namespace)
+            return record.namespace
+        namespace = await self.vhosts.resolve(vhost)
+        try:
+            await trio.to_thread.run_sync(self.topology.ensure_vhost, vhost, namespace)
+        except MetadataUnavailable as e:
+            raise InternalError(f"cannot open vhost '{vhost}': {e}", (10, 40)) from e
+        return namespace
 
 
 def build_services(config: StarlightConfig) -> ProxyServices:
@@ -68,8 +101,21 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     rules = NamespaceRules(
         config.default_tenant, config.default_namespace, config.map_short_vhost_to_tenant
     )
-    vhosts = VhostResolver(rules, PulsarAdmin(config.pulsar_web_url), config.auto_create_namespaces)
-    return ProxyServices(config, settings, AcceptAnyAuthenticator(), vhosts)
+    admin = PulsarAdmin(config.pulsar_web_url)
+    vhosts = VhostResolver(rules, admin, config.auto_create_namespaces)
+    zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
+    topology = TopologyService(zookeeper, Paths(config.metadata_root), admin)
+    proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+    return ProxyServices(
+        config,
+        settings,
+        AcceptAnyAuthenticator(),
+        vhosts,
+        zookeeper,
+        topology,
+        TopologyMethods(topology),
+        proxy_id,
+    )
 
 
 async def open_listeners(listeners: tuple[Listener, ...]) -> list[trio.SocketListener]:
@@ -106,6 +152,29 @@ async def serve(
     """Run the proxy until cancelled. `task_status.started` gets the bound listener URLs
     (useful with port 0). Raises ConfigError or OSError when a listener cannot be opened."""
     services = build_services(config)
+    await _connect_metadata(services.zookeeper)
+    try:
+        await _serve(config, services, task_status)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(services.zookeeper.stop)
+
+
+async def _connect_metadata(zookeeper: ZooKeeperClient) -> None:
+    try:
+        await trio.to_thread.run_sync(zookeeper.start)
+    except MetadataUnavailable as e:
+        # Serve anyway: kazoo keeps trying, and until ZooKeeper answers clients get 541 with
+        # the reason instead of a refused TCP connection.
+        log.error("%s; serving anyway, metadata operations fail until it is reachable", e)
+        zookeeper.kazoo.start_async()
+
+
+async def _serve(
+    config: StarlightConfig,
+    services: ProxyServices,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
     listeners = await open_listeners(config.listeners)
     urls = bound_urls(listeners)
     for url in urls:

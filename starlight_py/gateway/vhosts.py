@@ -31,8 +31,14 @@ class VhostResolver:
             namespace = self.rules.namespace_for(vhost)
         except InvalidVhostName as e:
             raise NotAllowed(f"vhost '{vhost}' not found: {e}", (10, 40)) from e
+        await self.check_namespace(vhost, namespace)
+        return namespace
+
+    async def check_namespace(self, vhost: str, namespace: NamespaceName) -> None:
+        """Make sure the namespace exists in Pulsar (creating it when allowed); raises
+        NotAllowed or InternalError as `resolve`."""
         if namespace in self._known:
-            return namespace
+            return
         try:
             exists = await trio.to_thread.run_sync(
                 self.admin.namespace_exists, namespace.tenant, namespace.namespace
@@ -56,4 +62,3 @@ class VhostResolver:
                 (10, 40),
             ) from e
         self._known.add(namespace)
-        return namespace

@@ -1,0 +1,221 @@
+"""exchange.* and queue.* methods: AMQP arguments in, TopologyService calls (in a worker
+thread), AMQP replies out. RabbitMQ's name rules and reply texts come from model.topology."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import trio
+from pamqp import commands
+from pamqp.base import Frame as PamqpMethod
+
+from starlight_py.amqp.errors import AccessRefused, NotFound
+from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.topology import (
+    DEFAULT_EXCHANGE,
+    Exchange,
+    Queue,
+    check_exchange_name_declarable,
+    check_exchange_type,
+    check_queue_name_declarable,
+    validate_queue_arguments,
+)
+from starlight_py.topology.service import TopologyService, server_named_queue
+
+T = TypeVar("T")
+Reply = Callable[[PamqpMethod], None]
+
+
+@dataclass
+class VhostContext:
+    """What one open connection knows about its vhost and itself."""
+
+    vhost: str
+    namespace: NamespaceName
+    owner: str  # "proxy-id/connection-id", the owner of exclusive queues
+    exclusive_queues: set[str] = field(default_factory=set)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value or "")
+
+
+class TopologyMethods:
+    def __init__(self, service: TopologyService) -> None:
+        self.service = service
+
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(call, *args)
+
+    async def handle(
+        self, ctx: VhostContext, session: ChannelSession, method: PamqpMethod, reply: Reply
+    ) -> bool:
+        """Carry out `method` if it is a topology method; False when it is not one."""
+        if isinstance(method, commands.Exchange.Declare):
+            await self._exchange_declare(ctx, method, reply)
+        elif isinstance(method, commands.Exchange.Delete):
+            await self._exchange_delete(ctx, method, reply)
+        elif isinstance(method, commands.Queue.Declare):
+            await self._queue_declare(ctx, session, method, reply)
+        elif isinstance(method, commands.Queue.Delete):
+            await self._queue_delete(ctx, session, method, reply)
+        elif isinstance(method, commands.Queue.Bind):
+            await self._queue_bind(ctx, session, method, reply)
+        elif isinstance(method, commands.Queue.Unbind):
+            await self._queue_unbind(ctx, session, method, reply)
+        else:
+            return False
+        return True
+
+    async def _exchange_declare(
+        self, ctx: VhostContext, method: commands.Exchange.Declare, reply: Reply
+    ) -> None:
+        name = _text(method.exchange)
+        if not method.passive:
+            check_exchange_type(_text(method.exchange_type))
+            check_exchange_name_declarable(name, (40, 10))
+        wanted = Exchange(
+            name,
+            _text(method.exchange_type),
+            bool(method.durable),
+            bool(method.auto_delete),
+            bool(method.internal),
+            dict(method.arguments or {}),
+        )
+        await self._run(self.service.declare_exchange, ctx.vhost, wanted, bool(method.passive))
+        if not method.nowait:
+            reply(commands.Exchange.DeclareOk())
+
+    async def _exchange_delete(
+        self, ctx: VhostContext, method: commands.Exchange.Delete, reply: Reply
+    ) -> None:
+        name = _text(method.exchange)
+        check_exchange_name_declarable(name, (40, 20))
+        await self._run(self.service.delete_exchange, ctx.vhost, name, bool(method.if_unused))
+        if not method.nowait:
+            reply(commands.Exchange.DeleteOk())
+
+    def _queue_name(
+        self, ctx: VhostContext, session: ChannelSession, name: str, method: tuple[int, int]
+    ) -> str:
+        # AMQP: an empty queue name means the last queue declared on this channel.
+        if name:
+            return name
+        if session.last_queue is None:
+            raise NotFound(f"no previously declared queue in vhost '{ctx.vhost}'", method)
+        return session.last_queue
+
+    async def _queue_declare(
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Queue.Declare,
+        reply: Reply,
+    ) -> None:
+        name = _text(method.queue)
+        passive = bool(method.passive)
+        arguments = dict(method.arguments or {})
+        if passive:
+            name = self._queue_name(ctx, session, name, (50, 10))
+        else:
+            if not name:
+                name = server_named_queue()
+            else:
+                check_queue_name_declarable(name)
+            validate_queue_arguments(name, ctx.vhost, arguments)
+        exclusive = bool(method.exclusive)
+        wanted = Queue(
+            name,
+            bool(method.durable),
+            exclusive,
+            bool(method.auto_delete),
+            arguments,
+            owner=ctx.owner if exclusive else None,
+        )
+        counts = await self._run(
+            self.service.declare_queue, ctx.vhost, ctx.namespace, wanted, passive, ctx.owner
+        )
+        if exclusive and not passive:
+            ctx.exclusive_queues.add(name)
+        session.last_queue = name
+        if not method.nowait:
+            reply(commands.Queue.DeclareOk(name, counts.message_count, counts.consumer_count))
+
+    async def _queue_delete(
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Queue.Delete,
+        reply: Reply,
+    ) -> None:
+        name = self._queue_name(ctx, session, _text(method.queue), (50, 40))
+        count = await self._run(
+            self.service.delete_queue,
+            ctx.vhost,
+            ctx.namespace,
+            name,
+            bool(method.if_unused),
+            bool(method.if_empty),
+            ctx.owner,
+        )
+        ctx.exclusive_queues.discard(name)
+        if not method.nowait:
+            reply(commands.Queue.DeleteOk(count))
+
+    async def _queue_bind(
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Queue.Bind,
+        reply: Reply,
+    ) -> None:
+        exchange = _text(method.exchange)
+        if exchange == DEFAULT_EXCHANGE:
+            raise AccessRefused("operation not permitted on the default exchange", (50, 20))
+        queue = self._queue_name(ctx, session, _text(method.queue), (50, 20))
+        await self._run(
+            self.service.bind,
+            ctx.vhost,
+            ctx.namespace,
+            queue,
+            exchange,
+            _text(method.routing_key),
+            dict(method.arguments or {}),
+            ctx.owner,
+        )
+        if not method.nowait:
+            reply(commands.Queue.BindOk())
+
+    async def _queue_unbind(
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Queue.Unbind,
+        reply: Reply,
+    ) -> None:
+        exchange = _text(method.exchange)
+        if exchange == DEFAULT_EXCHANGE:
+            raise AccessRefused("operation not permitted on the default exchange", (50, 50))
+        queue = self._queue_name(ctx, session, _text(method.queue), (50, 50))
+        await self._run(
+            self.service.unbind,
+            ctx.vhost,
+            ctx.namespace,
+            queue,
+            exchange,
+            _text(method.routing_key),
+            dict(method.arguments or {}),
+            ctx.owner,
+        )
+        reply(commands.Queue.UnbindOk())
+
+    async def release_connection(self, ctx: VhostContext) -> None:
+        """The connection closed: its exclusive queues go with it."""
+        for name in sorted(ctx.exclusive_queues):
+            await self._run(
+                self.service.delete_queue, ctx.vhost, ctx.namespace, name, False, False, ctx.owner
+            )
+        ctx.exclusive_queues.clear()

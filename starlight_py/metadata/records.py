@@ -1,0 +1,301 @@
+"""What is stored in ZooKeeper, where, and how it is encoded (see docs/metadata.md).
+
+Layout under the root (default `/starlight`), version 1:
+
+    {root}/v1/vhosts/{vhost}                          VhostRecord
+    {root}/v1/vhosts/{vhost}/exchanges/{name}         Exchange
+    {root}/v1/vhosts/{vhost}/exchanges/{name}/bound/{queue}~~{topic}   (empty: index of bindings)
+    {root}/v1/vhosts/{vhost}/queues/{name}            Queue
+    {root}/v1/vhosts/{vhost}/queues/{name}/bindings/{topic}           BindingSet
+    {root}/v1/vhosts/{vhost}/retired/{subscription}   RetiredSubscription
+
+Each vhost is its own subtree, so writes to one vhost never touch another's znodes, and no
+znode's data grows with the number of queues or bindings (lists are children, not data).
+Path segments are `naming.escape`d names (never `/`, never `.` or `..` alone). Every record is
+JSON with `"schema": 1`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from starlight_py.model.field_values import table_from_json, table_to_json
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import escape
+from starlight_py.model.positions import MessageIdRecord
+from starlight_py.model.topology import Exchange, Queue
+
+SCHEMA_VERSION = 1
+
+
+class RecordError(ValueError):
+    """A znode holds data this version cannot read (corrupt, or a newer schema)."""
+
+
+def segment(name: str) -> str:
+    """A ZooKeeper path segment for any AMQP name."""
+    text = escape(name)
+    if not text:
+        return "~"  # the default exchange or empty vhost; escape() never yields a bare ~
+    if text in (".", ".."):
+        return text.replace(".", "~2E")
+    return text
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: str
+
+    @property
+    def vhosts(self) -> str:
+        return f"{self.root}/v1/vhosts"
+
+    def vhost(self, vhost: str) -> str:
+        return f"{self.vhosts}/{segment(vhost)}"
+
+    def exchanges(self, vhost: str) -> str:
+        return f"{self.vhost(vhost)}/exchanges"
+
+    def exchange(self, vhost: str, name: str) -> str:
+        return f"{self.exchanges(vhost)}/{segment(name)}"
+
+    def exchange_bound(self, vhost: str, name: str) -> str:
+        return f"{self.exchange(vhost, name)}/bound"
+
+    def exchange_bound_entry(self, vhost: str, exchange: str, queue: str, topic: str) -> str:
+        return f"{self.exchange_bound(vhost, exchange)}/{segment(queue)}~~{segment(topic)}"
+
+    def queues(self, vhost: str) -> str:
+        return f"{self.vhost(vhost)}/queues"
+
+    def queue(self, vhost: str, name: str) -> str:
+        return f"{self.queues(vhost)}/{segment(name)}"
+
+    def queue_bindings(self, vhost: str, queue: str) -> str:
+        return f"{self.queue(vhost, queue)}/bindings"
+
+    def binding_set(self, vhost: str, queue: str, topic: str) -> str:
+        return f"{self.queue_bindings(vhost, queue)}/{segment(topic)}"
+
+    def retired(self, vhost: str) -> str:
+        return f"{self.vhost(vhost)}/retired"
+
+    def retired_subscription(self, vhost: str, subscription: str) -> str:
+        return f"{self.retired(vhost)}/{segment(subscription)}"
+
+
+@dataclass(frozen=True)
+class VhostRecord:
+    name: str
+    namespace: NamespaceName
+    # True when an operator mapped it (starlight-admin); False when made by the rules.
+    explicit: bool = False
+
+
+@dataclass(frozen=True)
+class BindingEntry:
+    """One queue.bind of a queue to an exchange topic. `start`/`end` bound the messages it
+    routes: only messages after `start` (None: since the subscription was created) and, once
+    unbound, up to `end`."""
+
+    routing_key: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    start: MessageIdRecord | None = None
+    end: MessageIdRecord | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.end is None
+
+    def same_binding(self, routing_key: str, arguments: dict[str, Any]) -> bool:
+        return self.routing_key == routing_key and self.arguments == arguments
+
+
+@dataclass(frozen=True)
+class BindingSet:
+    """The bindings of one queue to one exchange topic, read through one shared Pulsar
+    subscription (DESIGN.md section 3)."""
+
+    queue: str
+    exchange: str
+    topic: str  # local topic name in the vhost's namespace
+    subscription: str
+    entries: tuple[BindingEntry, ...] = ()
+    created: float = 0.0
+
+    @property
+    def active_entries(self) -> tuple[BindingEntry, ...]:
+        return tuple(e for e in self.entries if e.active)
+
+    def with_entries(self, entries: tuple[BindingEntry, ...]) -> BindingSet:
+        return replace(self, entries=entries)
+
+
+@dataclass(frozen=True)
+class RetiredSubscription:
+    """A subscription no binding uses any more. `drain`: delete it only once every message
+    up to `end` is acknowledged (unbind); otherwise delete at once (queue deleted)."""
+
+    topic: str
+    subscription: str
+    queue: str
+    end: MessageIdRecord | None
+    drain: bool
+    retired_at: float
+
+
+# ---- JSON codec ---------------------------------------------------------------------------
+
+
+def _position_to_json(position: MessageIdRecord | None) -> dict[str, int] | None:
+    if position is None:
+        return None
+    return {
+        "ledger": position.ledger_id,
+        "entry": position.entry_id,
+        "batch": position.batch_index,
+        "partition": position.partition,
+    }
+
+
+def _position_from_json(data: dict[str, int] | None) -> MessageIdRecord | None:
+    if data is None:
+        return None
+    return MessageIdRecord(
+        ledger_id=data["ledger"],
+        entry_id=data["entry"],
+        batch_index=data.get("batch", -1),
+        partition=data.get("partition", -1),
+    )
+
+
+def encode(record: object) -> bytes:
+    """Serialise a record; raises TypeError for anything else."""
+    body: dict[str, Any]
+    if isinstance(record, VhostRecord):
+        body = {
+            "kind": "vhost",
+            "name": record.name,
+            "namespace": str(record.namespace),
+            "explicit": record.explicit,
+        }
+    elif isinstance(record, Exchange):
+        body = {
+            "kind": "exchange",
+            "name": record.name,
+            "type": record.type,
+            "durable": record.durable,
+            "auto_delete": record.auto_delete,
+            "internal": record.internal,
+            "arguments": table_to_json(record.arguments),
+        }
+    elif isinstance(record, Queue):
+        body = {
+            "kind": "queue",
+            "name": record.name,
+            "durable": record.durable,
+            "exclusive": record.exclusive,
+            "auto_delete": record.auto_delete,
+            "arguments": table_to_json(record.arguments),
+            "owner": record.owner,
+        }
+    elif isinstance(record, BindingSet):
+        body = {
+            "kind": "binding_set",
+            "queue": record.queue,
+            "exchange": record.exchange,
+            "topic": record.topic,
+            "subscription": record.subscription,
+            "created": record.created,
+            "entries": [
+                {
+                    "routing_key": e.routing_key,
+                    "arguments": table_to_json(e.arguments),
+                    "start": _position_to_json(e.start),
+                    "end": _position_to_json(e.end),
+                }
+                for e in record.entries
+            ],
+        }
+    elif isinstance(record, RetiredSubscription):
+        body = {
+            "kind": "retired_subscription",
+            "topic": record.topic,
+            "subscription": record.subscription,
+            "queue": record.queue,
+            "end": _position_to_json(record.end),
+            "drain": record.drain,
+            "retired_at": record.retired_at,
+        }
+    else:
+        raise TypeError(f"not a metadata record: {type(record).__name__}")
+    return json.dumps({"schema": SCHEMA_VERSION, **body}, sort_keys=True).encode("utf-8")
+
+
+def decode(data: bytes) -> VhostRecord | Exchange | Queue | BindingSet | RetiredSubscription:
+    """Parse a record; raises RecordError for corrupt data or an unknown schema."""
+    try:
+        body = json.loads(data)
+        if body.get("schema") != SCHEMA_VERSION:
+            raise RecordError(f"unsupported metadata schema {body.get('schema')!r}")
+        kind = body["kind"]
+        if kind == "vhost":
+            return VhostRecord(
+                body["name"], NamespaceName.parse(body["namespace"]), body["explicit"]
+            )
+        if kind == "exchange":
+            return Exchange(
+                body["name"],
+                body["type"],
+                body["durable"],
+                body["auto_delete"],
+                body["internal"],
+                table_from_json(body["arguments"]),
+            )
+        if kind == "queue":
+            return Queue(
+                body["name"],
+                body["durable"],
+                body["exclusive"],
+                body["auto_delete"],
+                table_from_json(body["arguments"]),
+                body.get("owner"),
+            )
+        if kind == "binding_set":
+            return BindingSet(
+                body["queue"],
+                body["exchange"],
+                body["topic"],
+                body["subscription"],
+                tuple(
+                    BindingEntry(
+                        e["routing_key"],
+                        table_from_json(e["arguments"]),
+                        _position_from_json(e["start"]),
+                        _position_from_json(e["end"]),
+                    )
+                    for e in body["entries"]
+                ),
+                body.get("created", 0.0),
+            )
+        if kind == "retired_subscription":
+            return RetiredSubscription(
+                body["topic"],
+                body["subscription"],
+                body["queue"],
+                _position_from_json(body["end"]),
+                body["drain"],
+                body["retired_at"],
+            )
+    except RecordError:
+        raise
+    except (ValueError, KeyError, TypeError) as e:
+        raise RecordError(f"corrupt metadata record: {e}") from e
+    raise RecordError(f"unknown metadata record kind {kind!r}")
+
+
+def now() -> float:
+    return time.time()

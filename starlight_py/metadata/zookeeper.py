@@ -1,0 +1,203 @@
+"""A thin, typed wrapper over kazoo: every call bounded by a timeout, every kazoo exception
+translated to one of ours, multi-op transactions as lists of plain operations.
+
+Calls block; the gateway runs them in worker threads. A ZooKeeper that is down or
+unreachable makes calls fail with MetadataUnavailable after `operation_timeout`, never hang.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from starlight_py.units import SECONDS
+
+log = logging.getLogger("starlight.zookeeper")
+
+
+class MetadataUnavailable(Exception):
+    """ZooKeeper did not answer in time (down, unreachable, session lost)."""
+
+
+class NodeMissing(Exception):
+    """The znode does not exist."""
+
+
+class NodeAlreadyExists(Exception):
+    """The znode exists already."""
+
+
+class VersionConflict(Exception):
+    """The znode changed since it was read (compare-and-set lost)."""
+
+
+class NodeNotEmpty(Exception):
+    """The znode still has children."""
+
+
+class TransactionFailed(Exception):
+    """One operation of a multi-op transaction failed; none was applied."""
+
+    def __init__(self, index: int, operation: Op, cause: Exception) -> None:
+        super().__init__(f"operation {index} ({operation}) failed: {type(cause).__name__}")
+        self.index = index
+        self.operation = operation
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Create:
+    path: str
+    data: bytes = b""
+
+
+@dataclass(frozen=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int
+
+
+@dataclass(frozen=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class Check:
+    path: str
+    version: int
+
+
+Op = Create | SetData | Delete | Check
+
+_TRANSLATED: tuple[tuple[type[Exception], type[Exception]], ...] = (
+    (NoNodeError, NodeMissing),
+    (NodeExistsError, NodeAlreadyExists),
+    (BadVersionError, VersionConflict),
+    (NotEmptyError, NodeNotEmpty),
+)
+
+
+def _translate(error: Exception) -> Exception:
+    for theirs, ours in _TRANSLATED:
+        if isinstance(error, theirs):
+            return ours(str(error) or theirs.__name__)
+    return MetadataUnavailable(f"ZooKeeper error: {type(error).__name__}: {error}")
+
+
+class ZooKeeperClient:
+    """One ZooKeeper session for the process."""
+
+    def __init__(
+        self,
+        hosts: str,
+        session_timeout: float = 30 * SECONDS,
+        operation_timeout: float = 10 * SECONDS,
+    ) -> None:
+        self.hosts = hosts
+        self.operation_timeout = operation_timeout
+        self.kazoo = KazooClient(hosts=hosts, timeout=session_timeout)
+        self.kazoo.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.SUSPENDED:
+            log.warning("ZooKeeper connection to %s suspended", self.hosts)
+        elif state == KazooState.LOST:
+            log.warning("ZooKeeper session with %s lost", self.hosts)
+        else:
+            log.info("ZooKeeper connected to %s", self.hosts)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.kazoo.connected)
+
+    def start(self, timeout: float = 15 * SECONDS) -> None:
+        """Connect; raises MetadataUnavailable when ZooKeeper does not answer in time."""
+        try:
+            self.kazoo.start(timeout=timeout)
+        except KazooTimeoutError as e:
+            self.kazoo.stop()
+            raise MetadataUnavailable(f"cannot connect to ZooKeeper at {self.hosts}") from e
+
+    def stop(self) -> None:
+        self.kazoo.stop()
+        self.kazoo.close()
+
+    def _wait(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs).get(timeout=self.operation_timeout)
+        except KazooTimeoutError as e:
+            raise MetadataUnavailable(
+                f"ZooKeeper at {self.hosts} did not answer within {self.operation_timeout:.0f} s"
+            ) from e
+        except KazooException as e:
+            raise _translate(e) from e
+
+    def get(self, path: str) -> tuple[bytes, int] | None:
+        """(data, version), or None when the znode does not exist."""
+        try:
+            data, stat = self._wait(self.kazoo.get_async, path)
+        except NodeMissing:
+            return None
+        return data, stat.version
+
+    def children(self, path: str) -> list[str]:
+        """Child names; empty when the znode does not exist."""
+        try:
+            result: list[str] = self._wait(self.kazoo.get_children_async, path)
+        except NodeMissing:
+            return []
+        return result
+
+    def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False) -> None:
+        """Raises NodeAlreadyExists, NodeMissing (parent), MetadataUnavailable."""
+        self._wait(self.kazoo.create_async, path, data, ephemeral=ephemeral)
+
+    def ensure_path(self, path: str) -> None:
+        try:
+            self.kazoo.ensure_path(path)
+        except KazooException as e:
+            raise _translate(e) from e
+
+    def set(self, path: str, data: bytes, version: int = -1) -> None:
+        """Raises VersionConflict, NodeMissing, MetadataUnavailable."""
+        self._wait(self.kazoo.set_async, path, data, version)
+
+    def delete(self, path: str, version: int = -1) -> None:
+        """Raises NodeMissing, VersionConflict, NodeNotEmpty, MetadataUnavailable."""
+        self._wait(self.kazoo.delete_async, path, version)
+
+    def commit(self, operations: Sequence[Op]) -> None:
+        """Apply all operations atomically, or none; raises TransactionFailed naming the
+        operation that failed, or MetadataUnavailable."""
+        if not operations:
+            return
+        transaction = self.kazoo.transaction()
+        for op in operations:
+            if isinstance(op, Create):
+                transaction.create(op.path, op.data)
+            elif isinstance(op, SetData):
+                transaction.set_data(op.path, op.data, op.version)
+            elif isinstance(op, Delete):
+                transaction.delete(op.path, op.version)
+            else:
+                transaction.check(op.path, op.version)
+        results = self._wait(transaction.commit_async)
+        for index, result in enumerate(results):
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise TransactionFailed(index, operations[index], _translate(result))

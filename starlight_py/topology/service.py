@@ -1,0 +1,581 @@
+"""Declares, deletes, binds and unbinds: ZooKeeper metadata plus Pulsar subscriptions, with
+RabbitMQ's answers. Synchronous (the gateway calls it from a worker thread, one hop per AMQP
+method); every method raises AMQPError subclasses for what the client did wrong, and
+MetadataUnavailable / BackendUnavailable when a service cannot be reached.
+
+Concurrency between proxies is settled by ZooKeeper: creates that race lose with
+NodeAlreadyExists and turn into an equivalence check (RabbitMQ's answer to a redeclare);
+updates are compare-and-set on the znode version and are retried; changes that touch several
+znodes are one multi-op transaction with `Check` operations on what they depend on, so a
+delete racing a bind leaves either the binding or nothing, never half of it.
+
+Pulsar subscriptions are created before the metadata that points to them (so a message
+published after bind-ok reaches the queue); when the metadata write then fails, the new
+subscription is deleted again.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from starlight_py.amqp.errors import NotFound, PreconditionFailed, ResourceLocked
+from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.metadata.records import (
+    BindingEntry,
+    BindingSet,
+    Paths,
+    RetiredSubscription,
+    VhostRecord,
+    decode,
+    encode,
+    now,
+)
+from starlight_py.metadata.zookeeper import (
+    Check,
+    Create,
+    Delete,
+    NodeAlreadyExists,
+    NodeMissing,
+    Op,
+    SetData,
+    TransactionFailed,
+    VersionConflict,
+    ZooKeeperClient,
+)
+from starlight_py.model import naming
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.topology import (
+    DEFAULT_EXCHANGE,
+    PREDECLARED_EXCHANGES,
+    Exchange,
+    Queue,
+    validate_binding_arguments,
+)
+
+log = logging.getLogger("starlight.topology")
+
+MAX_ATTEMPTS = 20
+T = TypeVar("T")
+
+
+class TopologyConflict(Exception):
+    """Concurrent changes kept winning; the operation gave up (retry it)."""
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    message_count: int
+    consumer_count: int
+
+
+def _retrying(operation: Callable[[], T]) -> T:
+    for _ in range(MAX_ATTEMPTS):
+        try:
+            return operation()
+        except (VersionConflict, _Retry):
+            continue
+    raise TopologyConflict("too many concurrent changes; try again")
+
+
+class _Retry(Exception):
+    """Internal: the state read is stale, start over."""
+
+
+class TopologyService:
+    def __init__(self, zookeeper: ZooKeeperClient, paths: Paths, admin: PulsarAdmin) -> None:
+        self.zk = zookeeper
+        self.paths = paths
+        self.admin = admin
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def _read(self, path: str) -> tuple[Any, int] | None:
+        found = self.zk.get(path)
+        if found is None:
+            return None
+        data, version = found
+        return decode(data), version
+
+    def get_vhost(self, vhost: str) -> VhostRecord | None:
+        found = self._read(self.paths.vhost(vhost))
+        return found[0] if found else None
+
+    def get_exchange(self, vhost: str, name: str) -> tuple[Exchange, int] | None:
+        if name == DEFAULT_EXCHANGE:
+            return Exchange(DEFAULT_EXCHANGE, "direct"), -1
+        return self._read(self.paths.exchange(vhost, name))
+
+    def get_queue(self, vhost: str, name: str) -> tuple[Queue, int] | None:
+        return self._read(self.paths.queue(vhost, name))
+
+    def binding_sets(self, vhost: str, queue: str) -> list[tuple[BindingSet, int]]:
+        base = self.paths.queue_bindings(vhost, queue)
+        sets = []
+        for child in self.zk.children(base):
+            found = self._read(f"{base}/{child}")
+            if found is not None:
+                sets.append(found)
+        return sets
+
+    def _require_exchange(self, vhost: str, name: str, method: tuple[int, int]) -> Exchange:
+        found = self.get_exchange(vhost, name)
+        if found is None:
+            raise NotFound(f"no exchange '{name}' in vhost '{vhost}'", method)
+        exchange: Exchange = found[0]
+        return exchange
+
+    def _require_queue(self, vhost: str, name: str, method: tuple[int, int]) -> Queue:
+        found = self.get_queue(vhost, name)
+        if found is None:
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'", method)
+        queue: Queue = found[0]
+        return queue
+
+    # ---- vhosts -------------------------------------------------------------------------------
+
+    def ensure_vhost(self, vhost: str, namespace: NamespaceName) -> VhostRecord:
+        """The vhost's record, created with its predeclared exchanges on first use."""
+        existing = self.get_vhost(vhost)
+        if existing is not None:
+            return existing
+        self.zk.ensure_path(self.paths.vhosts)
+        record = VhostRecord(vhost, namespace, explicit=False)
+        ops: list[Op] = [
+            Create(self.paths.vhost(vhost), encode(record)),
+            Create(self.paths.exchanges(vhost)),
+            Create(self.paths.queues(vhost)),
+            Create(self.paths.retired(vhost)),
+        ]
+        for name, kind in PREDECLARED_EXCHANGES:
+            ops.append(Create(self.paths.exchange(vhost, name), encode(Exchange(name, kind))))
+            ops.append(Create(self.paths.exchange_bound(vhost, name)))
+        try:
+            self.zk.commit(ops)
+            log.info("created vhost %r (Pulsar namespace %s)", vhost, namespace)
+        except TransactionFailed as e:
+            if not isinstance(e.cause, NodeAlreadyExists):
+                raise
+        current = self.get_vhost(vhost)
+        assert current is not None
+        return current
+
+    # ---- exchanges ----------------------------------------------------------------------------
+
+    def declare_exchange(self, vhost: str, wanted: Exchange, passive: bool) -> None:
+        """Raises NotFound (passive, missing) or PreconditionFailed (not equivalent)."""
+        found = self.get_exchange(vhost, wanted.name)
+        if passive:
+            if found is None:
+                raise NotFound(f"no exchange '{wanted.name}' in vhost '{vhost}'", (40, 10))
+            return
+        if found is None:
+            try:
+                self.zk.commit(
+                    [
+                        Check(self.paths.vhost(vhost), -1),
+                        Create(self.paths.exchange(vhost, wanted.name), encode(wanted)),
+                        Create(self.paths.exchange_bound(vhost, wanted.name)),
+                    ]
+                )
+                return
+            except TransactionFailed as e:
+                if not isinstance(e.cause, NodeAlreadyExists):
+                    raise
+            found = self.get_exchange(vhost, wanted.name)
+            if found is None:
+                raise TopologyConflict(f"exchange '{wanted.name}' changed while declaring it")
+        found[0].check_equivalent(wanted, vhost)
+
+    def exchange_in_use(self, vhost: str, name: str) -> bool:
+        return bool(self.zk.children(self.paths.exchange_bound(vhost, name)))
+
+    def delete_exchange(self, vhost: str, name: str, if_unused: bool) -> None:
+        """RabbitMQ 3.x: deleting a missing exchange is fine. Raises PreconditionFailed
+        (if_unused and bound)."""
+
+        def attempt() -> None:
+            found = self.get_exchange(vhost, name)
+            if found is None:
+                return
+            exchange, version = found
+            bound = self.zk.children(self.paths.exchange_bound(vhost, name))
+            if bound and if_unused:
+                raise PreconditionFailed(f"exchange '{name}' in vhost '{vhost}' in use", (40, 20))
+            ops: list[Op] = []
+            retired: list[RetiredSubscription] = []
+            for child in bound:
+                queue_segment, _, topic_segment = child.partition("~~")
+                set_path = f"{self.paths.queues(vhost)}/{queue_segment}/bindings/{topic_segment}"
+                found_set = self._read(set_path)
+                if found_set is None:
+                    raise _Retry
+                binding_set, set_version = found_set
+                end = self.admin.last_message_id(self._topic(vhost, binding_set.topic))
+                retired.append(self._retire(binding_set, end, drain=True))
+                ops += [
+                    Delete(set_path, set_version),
+                    Delete(f"{self.paths.exchange_bound(vhost, name)}/{child}"),
+                    Create(
+                        self.paths.retired_subscription(vhost, binding_set.subscription),
+                        encode(retired[-1]),
+                    ),
+                ]
+            ops += [
+                Delete(self.paths.exchange_bound(vhost, name)),
+                Delete(self.paths.exchange(vhost, name), version),
+            ]
+            self._commit_or_retry(ops)
+            log.info("deleted exchange %r in vhost %r", exchange.name, vhost)
+
+        _retrying(attempt)
+
+    # ---- queues -------------------------------------------------------------------------------
+
+    def declare_queue(
+        self, vhost: str, namespace: NamespaceName, wanted: Queue, passive: bool, owner: str
+    ) -> QueueCounts:
+        """Raises NotFound (passive, missing), ResourceLocked (another connection's
+        exclusive queue), PreconditionFailed (not equivalent)."""
+        found = self.get_queue(vhost, wanted.name)
+        if found is None and not passive:
+            created = self._create_queue(vhost, namespace, wanted)
+            if created:
+                return QueueCounts(0, 0)
+            found = self.get_queue(vhost, wanted.name)
+        if found is None:
+            raise NotFound(f"no queue '{wanted.name}' in vhost '{vhost}'", (50, 10))
+        queue: Queue = found[0]
+        self._check_owner(vhost, queue, owner, (50, 10))
+        if not passive:
+            queue.check_equivalent(wanted, vhost)
+        return self.queue_counts(vhost, namespace, queue.name)
+
+    def _check_owner(self, vhost: str, queue: Queue, owner: str, method: tuple[int, int]) -> None:
+        if queue.exclusive and queue.owner != owner:
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
+                f"'{vhost}'. It could be originally declared on another connection or the "
+                "exclusive property value does not match that of the original declaration.",
+                method,
+            )
+
+    def _create_queue(self, vhost: str, namespace: NamespaceName, queue: Queue) -> bool:
+        """Create the queue and its implicit binding to the default exchange; False when
+        another declaration won the race."""
+        topic = naming.exchange_topic(namespace, DEFAULT_EXCHANGE, "direct", queue.name)
+        binding_set = BindingSet(
+            queue=queue.name,
+            exchange=DEFAULT_EXCHANGE,
+            topic=topic.local,
+            subscription=naming.subscription_name(queue.name, naming.new_binding_set_id()),
+            entries=(BindingEntry(queue.name),),
+            created=now(),
+        )
+        self.admin.create_subscription(topic, binding_set.subscription)
+        try:
+            self.zk.commit(
+                [
+                    Check(self.paths.vhost(vhost), -1),
+                    Create(self.paths.queue(vhost, queue.name), encode(queue)),
+                    Create(self.paths.queue_bindings(vhost, queue.name)),
+                    Create(
+                        self.paths.binding_set(vhost, queue.name, topic.local),
+                        encode(binding_set),
+                    ),
+                ]
+            )
+        except TransactionFailed as e:
+            self.admin.delete_subscription(topic, binding_set.subscription)
+            if isinstance(e.cause, NodeAlreadyExists):
+                return False
+            raise
+        log.info("declared queue %r in vhost %r", queue.name, vhost)
+        return True
+
+    def queue_counts(self, vhost: str, namespace: NamespaceName, name: str) -> QueueCounts:
+        """Ready messages and consumers, from Pulsar subscription stats (live)."""
+        ready = 0
+        consumers: set[str] = set()
+        for binding_set, _ in self.binding_sets(vhost, name):
+            topic = naming.TopicName(namespace, binding_set.topic)
+            stats = self.admin.subscription_stats(topic).get(binding_set.subscription)
+            if stats is not None:
+                ready += max(0, stats.backlog - stats.unacked)
+                consumers.update(stats.consumer_names)
+        return QueueCounts(ready, len(consumers))
+
+    def delete_queue(
+        self,
+        vhost: str,
+        namespace: NamespaceName,
+        name: str,
+        if_unused: bool,
+        if_empty: bool,
+        owner: str,
+    ) -> int:
+        """Delete a queue with its bindings; returns the ready messages it held. A missing
+        queue is fine (RabbitMQ 3.x answers delete-ok with 0). Raises PreconditionFailed
+        (if-unused / if-empty), ResourceLocked."""
+
+        def attempt() -> int:
+            found = self.get_queue(vhost, name)
+            if found is None:
+                return 0
+            queue, version = found
+            self._check_owner(vhost, queue, owner, (50, 40))
+            counts = self.queue_counts(vhost, namespace, name)
+            if if_unused and counts.consumer_count:
+                raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use", (50, 40))
+            if if_empty and counts.message_count:
+                raise PreconditionFailed(
+                    f"queue '{name}' in vhost '{vhost}' is not empty", (50, 40)
+                )
+            sets = self.binding_sets(vhost, name)
+            ops: list[Op] = []
+            retired = []
+            for binding_set, set_version in sets:
+                ops.append(
+                    Delete(self.paths.binding_set(vhost, name, binding_set.topic), set_version)
+                )
+                if binding_set.exchange != DEFAULT_EXCHANGE:
+                    ops.append(
+                        Delete(
+                            self.paths.exchange_bound_entry(
+                                vhost, binding_set.exchange, name, binding_set.topic
+                            )
+                        )
+                    )
+                retired.append(self._retire(binding_set, None, drain=False))
+                ops.append(
+                    Create(
+                        self.paths.retired_subscription(vhost, binding_set.subscription),
+                        encode(retired[-1]),
+                    )
+                )
+            ops += [
+                Delete(self.paths.queue_bindings(vhost, name)),
+                Delete(self.paths.queue(vhost, name), version),
+            ]
+            ops += self._auto_delete_ops(vhost, [b for b, _ in sets], removing_queue=name)
+            self._commit_or_retry(ops)
+            log.info("deleted queue %r in vhost %r", name, vhost)
+            for record in retired:
+                self._drop_subscription_now(vhost, namespace, record)
+            return counts.message_count
+
+        return _retrying(attempt)
+
+    def _drop_subscription_now(
+        self, vhost: str, namespace: NamespaceName, record: RetiredSubscription
+    ) -> None:
+        topic = naming.TopicName(namespace, record.topic)
+        try:
+            self.admin.delete_subscription(topic, record.subscription)
+            self.zk.delete(self.paths.retired_subscription(vhost, record.subscription))
+        except Exception:
+            # The retired record stays; the SubscriptionCleaner deletes it later.
+            log.warning("could not delete subscription %s on %s now", record.subscription, topic)
+
+    # ---- bindings -----------------------------------------------------------------------------
+
+    def bind(
+        self,
+        vhost: str,
+        namespace: NamespaceName,
+        queue_name: str,
+        exchange_name: str,
+        routing_key: str,
+        arguments: dict[str, Any],
+        owner: str,
+    ) -> None:
+        """Raises NotFound (queue or exchange), ResourceLocked, AccessRefused (default
+        exchange; checked by the caller), PreconditionFailed (bad headers arguments)."""
+
+        def attempt() -> None:
+            queue = self._require_queue(vhost, queue_name, (50, 20))
+            found_exchange = self.get_exchange(vhost, exchange_name)
+            if found_exchange is None:
+                raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost}'", (50, 20))
+            exchange: Exchange = found_exchange[0]
+            self._check_owner(vhost, queue, owner, (50, 20))
+            validate_binding_arguments(exchange, arguments)
+            topic = naming.exchange_topic(namespace, exchange.name, exchange.type, routing_key)
+            set_path = self.paths.binding_set(vhost, queue_name, topic.local)
+            found_set = self._read(set_path)
+            if found_set is None:
+                self._create_binding_set(vhost, queue, exchange, topic, routing_key, arguments)
+                return
+            binding_set, set_version = found_set
+            if any(e.same_binding(routing_key, arguments) for e in binding_set.active_entries):
+                return  # binding twice is idempotent
+            start = self.admin.last_message_id(topic)
+            entry = BindingEntry(routing_key, arguments, start=start)
+            updated = binding_set.with_entries((*binding_set.entries, entry))
+            self._commit_or_retry(
+                [
+                    Check(self.paths.exchange(vhost, exchange.name), -1),
+                    SetData(set_path, encode(updated), set_version),
+                ]
+            )
+
+        _retrying(attempt)
+
+    def _create_binding_set(
+        self,
+        vhost: str,
+        queue: Queue,
+        exchange: Exchange,
+        topic: naming.TopicName,
+        routing_key: str,
+        arguments: dict[str, Any],
+    ) -> None:
+        binding_set = BindingSet(
+            queue=queue.name,
+            exchange=exchange.name,
+            topic=topic.local,
+            subscription=naming.subscription_name(queue.name, naming.new_binding_set_id()),
+            entries=(BindingEntry(routing_key, arguments),),
+            created=now(),
+        )
+        self.admin.create_subscription(topic, binding_set.subscription)
+        try:
+            self.zk.commit(
+                [
+                    Check(self.paths.queue(vhost, queue.name), -1),
+                    Create(
+                        self.paths.binding_set(vhost, queue.name, topic.local),
+                        encode(binding_set),
+                    ),
+                    Create(
+                        self.paths.exchange_bound_entry(
+                            vhost, exchange.name, queue.name, topic.local
+                        )
+                    ),
+                ]
+            )
+        except TransactionFailed as e:
+            self.admin.delete_subscription(topic, binding_set.subscription)
+            if isinstance(e.cause, NodeMissing):
+                # The queue or the exchange went away meanwhile: answer as if it never was.
+                if e.index == 0:
+                    raise NotFound(f"no queue '{queue.name}' in vhost '{vhost}'", (50, 20)) from e
+                raise NotFound(f"no exchange '{exchange.name}' in vhost '{vhost}'", (50, 20)) from e
+            if isinstance(e.cause, NodeAlreadyExists):
+                raise _Retry from e
+            raise
+
+    def unbind(
+        self,
+        vhost: str,
+        namespace: NamespaceName,
+        queue_name: str,
+        exchange_name: str,
+        routing_key: str,
+        arguments: dict[str, Any],
+        owner: str,
+    ) -> None:
+        """Raises NotFound (queue or exchange), ResourceLocked. Unbinding a binding that
+        does not exist is fine (RabbitMQ 3.x)."""
+
+        def attempt() -> None:
+            queue = self._require_queue(vhost, queue_name, (50, 50))
+            exchange = self._require_exchange(vhost, exchange_name, (50, 50))
+            self._check_owner(vhost, queue, owner, (50, 50))
+            topic = naming.exchange_topic(namespace, exchange.name, exchange.type, routing_key)
+            set_path = self.paths.binding_set(vhost, queue_name, topic.local)
+            found_set = self._read(set_path)
+            if found_set is None:
+                return
+            binding_set, set_version = found_set
+            active = binding_set.active_entries
+            if not any(e.same_binding(routing_key, arguments) for e in active):
+                return
+            end = self.admin.last_message_id(topic)
+            remaining = [e for e in active if not e.same_binding(routing_key, arguments)]
+            if remaining:
+                entries = tuple(
+                    replace(e, end=end)
+                    if e.active and e.same_binding(routing_key, arguments)
+                    else e
+                    for e in binding_set.entries
+                )
+                self._commit_or_retry(
+                    [SetData(set_path, encode(binding_set.with_entries(entries)), set_version)]
+                )
+                return
+            record = self._retire(binding_set, end, drain=True)
+            ops: list[Op] = [
+                Delete(set_path, set_version),
+                Delete(
+                    self.paths.exchange_bound_entry(vhost, exchange.name, queue_name, topic.local)
+                ),
+                Create(
+                    self.paths.retired_subscription(vhost, binding_set.subscription),
+                    encode(record),
+                ),
+            ]
+            ops += self._auto_delete_ops(vhost, [binding_set], removing_queue=queue_name)
+            self._commit_or_retry(ops)
+
+        _retrying(attempt)
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _auto_delete_ops(
+        self, vhost: str, removed: list[BindingSet], removing_queue: str
+    ) -> list[Op]:
+        """Deletes of auto-delete exchanges that lose their last binding with `removed`."""
+        ops: list[Op] = []
+        for exchange_name in {b.exchange for b in removed if b.exchange != DEFAULT_EXCHANGE}:
+            found = self.get_exchange(vhost, exchange_name)
+            if found is None or not found[0].auto_delete:
+                continue
+            version = found[1]
+            bound = set(self.zk.children(self.paths.exchange_bound(vhost, exchange_name)))
+            leaving = {
+                self.paths.exchange_bound_entry(
+                    vhost, exchange_name, removing_queue, b.topic
+                ).rsplit("/", 1)[1]
+                for b in removed
+                if b.exchange == exchange_name
+            }
+            if bound - leaving:
+                continue
+            ops += [
+                Delete(self.paths.exchange_bound(vhost, exchange_name)),
+                Delete(self.paths.exchange(vhost, exchange_name), version),
+            ]
+        return ops
+
+    def _commit_or_retry(self, ops: list[Op]) -> None:
+        try:
+            self.zk.commit(ops)
+        except TransactionFailed as e:
+            # Someone changed what we read (or deleted/created it): read again and redo.
+            raise _Retry from e
+
+    @staticmethod
+    def _retire(binding_set: BindingSet, end: Any, drain: bool) -> RetiredSubscription:
+        return RetiredSubscription(
+            topic=binding_set.topic,
+            subscription=binding_set.subscription,
+            queue=binding_set.queue,
+            end=end,
+            drain=drain,
+            retired_at=now(),
+        )
+
+    def _topic(self, vhost: str, local: str) -> naming.TopicName:
+        record = self.get_vhost(vhost)
+        if record is None:
+            raise NotFound(f"no vhost '{vhost}'")
+        return naming.TopicName(record.namespace, local)
+
+
+def server_named_queue() -> str:
+    """RabbitMQ's format: amq.gen- followed by 22 URL-safe base64 characters."""
+    return "amq.gen-" + secrets.token_urlsafe(16)[:22]
