@@ -7,12 +7,13 @@ worker thread (`trio.to_thread.run_sync`). Every failure is translated to `Pulsa
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote
+from typing import IO, Any
+from urllib.parse import quote, unquote_plus
 
 from starlight_py.model.naming import TopicName, quote_path_segment
 from starlight_py.model.positions import MessageIdRecord
@@ -27,6 +28,35 @@ _LATEST = {
     "batchIndex": -1,
     "isExcluded": False,
 }
+
+
+class _RedirectKeepingMethod(urllib.request.HTTPRedirectHandler):
+    """A broker answers 307 to a topic request when another broker owns the topic. urllib
+    follows 307/308 only for GET and HEAD; follow them for PUT and DELETE too, with the same
+    method and body, as Pulsar's own admin client does."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if code in (307, 308):
+            return urllib.request.Request(
+                newurl,
+                data=req.data,
+                headers=dict(req.header_items()),
+                origin_req_host=req.origin_req_host,
+                unverifiable=True,
+                method=req.get_method(),
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_RedirectKeepingMethod())
 
 
 class BackendUnavailable(Exception):
@@ -71,13 +101,17 @@ class PulsarAdmin:
             headers={"Content-Type": "application/json", "Accept": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with _OPENER.open(request, timeout=self.timeout) as response:
+                status = response.status
                 payload = response.read()
         except urllib.error.HTTPError as e:
             raise PulsarAdminError(e.code, _reason(e)) from e
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             raise BackendUnavailable(f"Pulsar admin API at {self.web_url} unreachable: {e}") from e
-        return json.loads(payload) if payload else None
+        try:
+            return json.loads(payload) if payload else None
+        except ValueError as e:
+            raise PulsarAdminError(status, f"{method} {path} answered with no JSON") from e
 
     def clusters(self) -> list[str]:
         result: list[str] = self._request("GET", "/admin/v2/clusters")
@@ -145,6 +179,18 @@ class PulsarAdmin:
                 return False
             raise
         return True
+
+    def skip_all(self, topic: TopicName, subscription: str) -> None:
+        """Acknowledge everything in a subscription's backlog (queue.purge). A missing topic or
+        subscription is not an error. Raises PulsarAdminError or BackendUnavailable."""
+        path = (
+            f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}/skip_all"
+        )
+        try:
+            self._request("POST", path)
+        except PulsarAdminError as e:
+            if e.status != 404:
+                raise
 
     def create_subscription(self, topic: TopicName, subscription: str) -> bool:
         """Create a durable subscription at the topic's latest position (a message sent
@@ -259,7 +305,10 @@ class PulsarAdmin:
                 return None
             raise
         try:
-            cursor = answer.get("cursors", {}).get(subscription)
+            # Cursors are named by the managed ledger, which stores the subscription name
+            # URL-encoded the Java way (`~` as %7E, space as +): decode the keys.
+            cursors = {unquote_plus(name): cursor for name, cursor in answer["cursors"].items()}
+            cursor = cursors.get(subscription)
             if cursor is None:
                 return None
             return MessageIdRecord.parse_position(str(cursor["markDeletePosition"]))

@@ -147,7 +147,9 @@ class ClientConnection:
         elif isinstance(event, ev.ChannelClosed):
             self.channels.pop(event.channel, None)
         elif isinstance(event, ev.ConnectionCloseRequested):
+            # As RabbitMQ: what dies with the connection is gone before close-ok.
             self.channels.clear()
+            await self._release()
             self.conn.finish_connection_close()
         elif isinstance(event, ev.ErrorRaised):
             self._on_error(event.channel, event.error)
@@ -194,6 +196,12 @@ class ClientConnection:
                 session.consumer_prefetch = method.prefetch_count
             self.conn.send_method(event.channel, commands.Basic.QosOk())
             return
+        if isinstance(method, commands.Exchange.Bind | commands.Exchange.Unbind):
+            raise NotImplementedMethod(
+                "exchange-to-exchange bindings are not supported yet: each queue must still "
+                "get every message once (see docs/compatibility.md)",
+                method_ids(method),
+            )
         if isinstance(method, commands.Channel.Flow):
             # RabbitMQ answers flow(active=true) and refuses to stop delivery this way.
             if method.active:

@@ -21,6 +21,7 @@ from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
+from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import Paths
 from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName, NamespaceRules
@@ -55,6 +56,7 @@ class ProxyServices:
     topology: TopologyService
     topology_methods: TopologyMethods
     proxy_id: str
+    cache: TopologyCache
 
     async def open_vhost(self, vhost: str) -> NamespaceName:
         """The namespace of a vhost for connection.open: an existing record (an explicit
@@ -104,7 +106,8 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     admin = PulsarAdmin(config.pulsar_web_url)
     vhosts = VhostResolver(rules, admin, config.auto_create_namespaces)
     zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
-    topology = TopologyService(zookeeper, Paths(config.metadata_root), admin)
+    paths = Paths(config.metadata_root)
+    topology = TopologyService(zookeeper, paths, admin)
     proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
     return ProxyServices(
         config,
@@ -115,6 +118,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         topology,
         TopologyMethods(topology),
         proxy_id,
+        TopologyCache(zookeeper, paths),
     )
 
 
@@ -153,10 +157,12 @@ async def serve(
     (useful with port 0). Raises ConfigError or OSError when a listener cannot be opened."""
     services = build_services(config)
     await _connect_metadata(services.zookeeper)
+    services.cache.start()
     try:
         await _serve(config, services, task_status)
     finally:
         with trio.CancelScope(shield=True):
+            services.cache.close()
             await trio.to_thread.run_sync(services.zookeeper.stop)
 
 

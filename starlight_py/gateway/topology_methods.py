@@ -18,8 +18,9 @@ from starlight_py.model.topology import (
     DEFAULT_EXCHANGE,
     Exchange,
     Queue,
-    check_exchange_name_declarable,
+    check_exchange_deletable,
     check_exchange_type,
+    check_not_default_exchange,
     check_queue_name_declarable,
     validate_queue_arguments,
 )
@@ -66,6 +67,13 @@ class TopologyMethods:
             await self._queue_bind(ctx, session, method, reply)
         elif isinstance(method, commands.Queue.Unbind):
             await self._queue_unbind(ctx, session, method, reply)
+        elif isinstance(method, commands.Queue.Purge):
+            name = self._queue_name(ctx, session, _text(method.queue), (50, 30))
+            count = await self._run(
+                self.service.purge_queue, ctx.vhost, ctx.namespace, name, ctx.owner
+            )
+            if not method.nowait:
+                reply(commands.Queue.PurgeOk(count))
         else:
             return False
         return True
@@ -74,9 +82,9 @@ class TopologyMethods:
         self, ctx: VhostContext, method: commands.Exchange.Declare, reply: Reply
     ) -> None:
         name = _text(method.exchange)
+        check_not_default_exchange(name, (40, 10))
         if not method.passive:
             check_exchange_type(_text(method.exchange_type))
-            check_exchange_name_declarable(name, (40, 10))
         wanted = Exchange(
             name,
             _text(method.exchange_type),
@@ -93,7 +101,7 @@ class TopologyMethods:
         self, ctx: VhostContext, method: commands.Exchange.Delete, reply: Reply
     ) -> None:
         name = _text(method.exchange)
-        check_exchange_name_declarable(name, (40, 20))
+        check_exchange_deletable(name, ctx.vhost)
         await self._run(self.service.delete_exchange, ctx.vhost, name, bool(method.if_unused))
         if not method.nowait:
             reply(commands.Exchange.DeleteOk())
@@ -197,8 +205,7 @@ class TopologyMethods:
         reply: Reply,
     ) -> None:
         exchange = _text(method.exchange)
-        if exchange == DEFAULT_EXCHANGE:
-            raise AccessRefused("operation not permitted on the default exchange", (50, 50))
+        check_not_default_exchange(exchange, (50, 50))
         queue = self._queue_name(ctx, session, _text(method.queue), (50, 50))
         await self._run(
             self.service.unbind,

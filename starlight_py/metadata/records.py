@@ -45,6 +45,13 @@ def segment(name: str) -> str:
     return text
 
 
+def topic_segment(local_topic: str) -> str:
+    """A path segment for a local topic name, which `naming` already made path-safe."""
+    if local_topic in (".", ".."):
+        return local_topic.replace(".", "~2E")
+    return local_topic
+
+
 @dataclass(frozen=True)
 class Paths:
     root: str
@@ -66,7 +73,7 @@ class Paths:
         return f"{self.exchange(vhost, name)}/bound"
 
     def exchange_bound_entry(self, vhost: str, exchange: str, queue: str, topic: str) -> str:
-        return f"{self.exchange_bound(vhost, exchange)}/{segment(queue)}~~{segment(topic)}"
+        return f"{self.exchange_bound(vhost, exchange)}/{segment(queue)}~~{topic_segment(topic)}"
 
     def queues(self, vhost: str) -> str:
         return f"{self.vhost(vhost)}/queues"
@@ -78,7 +85,7 @@ class Paths:
         return f"{self.queue(vhost, queue)}/bindings"
 
     def binding_set(self, vhost: str, queue: str, topic: str) -> str:
-        return f"{self.queue_bindings(vhost, queue)}/{segment(topic)}"
+        return f"{self.queue_bindings(vhost, queue)}/{topic_segment(topic)}"
 
     def retired(self, vhost: str) -> str:
         return f"{self.vhost(vhost)}/retired"
@@ -99,16 +106,17 @@ class VhostRecord:
 class BindingEntry:
     """One queue.bind of a queue to an exchange topic. `start`/`end` bound the messages it
     routes: only messages after `start` (None: since the subscription was created) and, once
-    unbound, up to `end`."""
+    `unbound`, up to `end` (None: the topic had no message yet, so nothing)."""
 
     routing_key: str
     arguments: dict[str, Any] = field(default_factory=dict)
     start: MessageIdRecord | None = None
     end: MessageIdRecord | None = None
+    unbound: bool = False
 
     @property
     def active(self) -> bool:
-        return self.end is None
+        return not self.unbound
 
     def same_binding(self, routing_key: str, arguments: dict[str, Any]) -> bool:
         return self.routing_key == routing_key and self.arguments == arguments
@@ -216,6 +224,7 @@ def encode(record: object) -> bytes:
                     "arguments": table_to_json(e.arguments),
                     "start": _position_to_json(e.start),
                     "end": _position_to_json(e.end),
+                    "unbound": e.unbound,
                 }
                 for e in record.entries
             ],
@@ -276,6 +285,7 @@ def decode(data: bytes) -> VhostRecord | Exchange | Queue | BindingSet | Retired
                         table_from_json(e["arguments"]),
                         _position_from_json(e["start"]),
                         _position_from_json(e["end"]),
+                        e.get("unbound", False),
                     )
                     for e in body["entries"]
                 ),

@@ -16,6 +16,7 @@ from starlight_py.amqp.errors import (
     AccessRefused,
     CommandInvalid,
     PreconditionFailed,
+    ResourceLocked,
 )
 
 FieldTable = dict[str, Any]
@@ -84,9 +85,10 @@ class Queue:
 
     def check_equivalent(self, other: Queue, vhost: str) -> None:
         """Raises PreconditionFailed when `other` (a redeclaration) differs from this one."""
+        if other.exclusive != self.exclusive:
+            raise queue_locked(self.name, vhost, (50, 10))
         pairs = (
             ("durable", other.durable, self.durable),
-            ("exclusive", other.exclusive, self.exclusive),
             ("auto_delete", other.auto_delete, self.auto_delete),
         )
         for arg, received, current in pairs:
@@ -107,6 +109,15 @@ class Queue:
         )
 
 
+def queue_locked(name: str, vhost: str, method: tuple[int, int]) -> ResourceLocked:
+    return ResourceLocked(
+        f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It could "
+        "be originally declared on another connection or the exclusive property value does "
+        "not match that of the original declaration.",
+        method,
+    )
+
+
 def _check_args_equivalent(
     kind: str,
     name: str,
@@ -118,15 +129,27 @@ def _check_args_equivalent(
 ) -> None:
     # RabbitMQ compares only the arguments it knows; an unknown x-foo may differ freely.
     for key in keys:
-        new, old = received.get(key), current.get(key)
-        if _normalise(new) != _normalise(old):
-            shown_new = "none" if new is None else f"the value '{_show(new)}'"
-            shown_old = "none" if old is None else f"the value '{_show(old)}'"
-            raise PreconditionFailed(
-                f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{vhost}': "
-                f"received {shown_new} but current is {shown_old}",
-                method,
+        default = ARGUMENT_DEFAULTS.get(key)
+        new, old = received.get(key, default), current.get(key, default)
+        if _normalise(new) == _normalise(old):
+            continue
+        if new is not None and old is not None:
+            detail = f"received '{_show(new)}' but current is '{_show(old)}'"
+        elif new is not None:
+            detail = (
+                f"received the value '{_show(new)}' of type '{wire_type(new)}' but current is none"
             )
+        else:
+            detail = (
+                f"received none but current is the value '{_show(old)}' of type '{wire_type(old)}'"
+            )
+        raise PreconditionFailed(
+            f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{vhost}': {detail}", method
+        )
+
+
+# RabbitMQ treats an absent argument like its default when comparing declarations.
+ARGUMENT_DEFAULTS: dict[str, Any] = {"x-queue-type": "classic"}
 
 
 def _normalise(value: Any) -> Any:
@@ -143,16 +166,47 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def wire_type(value: Any) -> str:
+    """The AMQP field type name RabbitMQ reports for a value (as pika/pamqp encode it)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    if value is None:
+        return "void"
+    return type(value).__name__.lower()
+
+
 # ---- names ----------------------------------------------------------------------------------
 
 
-def check_exchange_name_declarable(name: str, method: tuple[int, int]) -> None:
-    """Raises AccessRefused for names clients may not declare or delete."""
+def check_not_default_exchange(name: str, method: tuple[int, int]) -> None:
     if name == DEFAULT_EXCHANGE:
         raise AccessRefused("operation not permitted on the default exchange", method)
+
+
+def check_exchange_name_creatable(name: str) -> None:
+    """Raises AccessRefused for a new exchange with the reserved prefix (an existing amq.*
+    exchange may be redeclared equivalently, as on RabbitMQ)."""
     if name.startswith(RESERVED_PREFIX):
         raise AccessRefused(
-            f"exchange name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'", method
+            f"exchange name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'", (40, 10)
+        )
+
+
+def check_exchange_deletable(name: str, vhost: str) -> None:
+    check_not_default_exchange(name, (40, 20))
+    if name.startswith(RESERVED_PREFIX):
+        raise AccessRefused(
+            f"deletion of system exchange '{name}' in vhost '{vhost}' not allowed", (40, 20)
         )
 
 
@@ -176,92 +230,92 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _non_negative_int(value: Any) -> str | None:
+class _WrongType(Exception):
+    """RabbitMQ words a type mismatch of string and boolean arguments differently."""
+
+
+def _integer(value: Any) -> str | None:
     if not _is_int(value):
-        return f"{{unacceptable_type,{_type_name(value)}}}"
+        return f'"expected integer, got {wire_type(value)}"'
     if value < 0:
         return f"{{value_negative,{value}}}"
     return None
 
 
-def _positive_int(value: Any) -> str | None:
-    problem = _non_negative_int(value)
+def _positive_integer(value: Any) -> str | None:
+    problem = _integer(value)
     if problem is None and value == 0:
         return "{value_zero,0}"
     return problem
 
 
 def _string(value: Any) -> str | None:
-    return None if isinstance(value, str | bytes) else f"{{unacceptable_type,{_type_name(value)}}}"
+    if not isinstance(value, str | bytes):
+        raise _WrongType
+    return None
 
 
 def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"{{unacceptable_type,{_type_name(value)}}}"
+    if not isinstance(value, bool):
+        raise _WrongType
+    return None
 
 
 def _max_priority(value: Any) -> str | None:
-    problem = _non_negative_int(value)
+    problem = _integer(value)
     if problem is None and value > 255:
-        return f"{{value_too_large,{value},255}}"
+        return f"{{max_value_exceeded,{value}}}"
     return problem
 
 
-def _one_of(*allowed: str) -> Callable[[Any], str | None]:
+def _one_of(reason: str, *allowed: str) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if not isinstance(value, str | bytes):
-            return f"{{unacceptable_type,{_type_name(value)}}}"
+            raise _WrongType
         text = value.decode() if isinstance(value, bytes) else value
-        return None if text in allowed else f'{{invalid_value,<<"{text}">>}}'
+        return None if text in allowed else reason
 
     return check
 
 
-def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, str | bytes):
-        return "longstr"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    if value is None:
-        return "void"
-    return type(value).__name__
-
-
 QUEUE_ARGUMENTS: dict[str, Callable[[Any], str | None]] = {
-    "x-expires": _positive_int,
-    "x-message-ttl": _non_negative_int,
+    "x-expires": _positive_integer,
+    "x-message-ttl": _integer,
     "x-dead-letter-exchange": _string,
     "x-dead-letter-routing-key": _string,
-    "x-max-length": _non_negative_int,
-    "x-max-length-bytes": _non_negative_int,
+    "x-max-length": _integer,
+    "x-max-length-bytes": _integer,
     "x-max-priority": _max_priority,
-    "x-overflow": _one_of("drop-head", "reject-publish", "reject-publish-dlx"),
-    "x-queue-mode": _one_of("default", "lazy"),
-    "x-queue-type": _one_of("classic", "quorum"),
+    "x-overflow": _one_of("invalid_overflow", "drop-head", "reject-publish", "reject-publish-dlx"),
+    "x-queue-mode": _one_of("invalid_queue_mode", "default", "lazy"),
+    "x-queue-type": _one_of("unsupported_queue_type", "classic", "quorum"),
     "x-single-active-consumer": _boolean,
-    "x-delivery-limit": _non_negative_int,
+    "x-delivery-limit": _integer,
 }
 
 
 def validate_queue_arguments(name: str, vhost: str, arguments: Mapping[str, Any]) -> None:
-    """Raises PreconditionFailed with RabbitMQ's text for an argument it would refuse."""
+    """Raises PreconditionFailed with RabbitMQ 3.10's text for an argument it would refuse."""
     for key, check in QUEUE_ARGUMENTS.items():
-        if key in arguments:
-            problem = check(arguments[key])
-            if problem is not None:
-                raise PreconditionFailed(
-                    f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {problem}",
-                    (50, 10),
-                )
+        if key not in arguments:
+            continue
+        value = arguments[key]
+        try:
+            problem = check(value)
+        except _WrongType:
+            raise PreconditionFailed(
+                f"invalid type '{wire_type(value)}' for arg '{key}' in queue '{name}' in "
+                f"vhost '{vhost}'",
+                (50, 10),
+            ) from None
+        if problem is not None:
+            raise PreconditionFailed(
+                f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {problem}", (50, 10)
+            )
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
         raise PreconditionFailed(
             f"invalid arg 'x-dead-letter-routing-key' for queue '{name}' in vhost '{vhost}': "
-            "Key x-dead-letter-exchange should be present",
+            "routing_key_but_no_dlx_defined",
             (50, 10),
         )
 
@@ -274,10 +328,16 @@ def validate_binding_arguments(exchange: Exchange, arguments: Mapping[str, Any])
     if exchange.type != "headers" or "x-match" not in arguments:
         return
     value = arguments["x-match"]
+    if not isinstance(value, str | bytes):
+        raise PreconditionFailed(
+            f"Invalid x-match field type {wire_type(value)} (value {_show(value)}); "
+            "expected longstr",
+            (50, 20),
+        )
     text = value.decode() if isinstance(value, bytes) else value
     if text not in HEADERS_MATCH_VALUES:
         raise PreconditionFailed(
-            f"Invalid x-match field value {_show(value)!r}; expected all, any, all-with-x, "
+            f'Invalid x-match field value <<"{text}">>; expected all, any, all-with-x, '
             "or any-with-x",
             (50, 20),
         )

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from starlight_py.amqp.errors import NotFound, PreconditionFailed, ResourceLocked
+from starlight_py.amqp.errors import NotFound, PreconditionFailed
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.metadata.records import (
     BindingEntry,
@@ -53,6 +53,8 @@ from starlight_py.model.topology import (
     PREDECLARED_EXCHANGES,
     Exchange,
     Queue,
+    check_exchange_name_creatable,
+    queue_locked,
     validate_binding_arguments,
 )
 
@@ -173,6 +175,7 @@ class TopologyService:
                 raise NotFound(f"no exchange '{wanted.name}' in vhost '{vhost}'", (40, 10))
             return
         if found is None:
+            check_exchange_name_creatable(wanted.name)
             try:
                 self.zk.commit(
                     [
@@ -256,12 +259,7 @@ class TopologyService:
 
     def _check_owner(self, vhost: str, queue: Queue, owner: str, method: tuple[int, int]) -> None:
         if queue.exclusive and queue.owner != owner:
-            raise ResourceLocked(
-                f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
-                f"'{vhost}'. It could be originally declared on another connection or the "
-                "exclusive property value does not match that of the original declaration.",
-                method,
-            )
+            raise queue_locked(queue.name, vhost, method)
 
     def _create_queue(self, vhost: str, namespace: NamespaceName, queue: Queue) -> bool:
         """Create the queue and its implicit binding to the default exchange; False when
@@ -369,6 +367,18 @@ class TopologyService:
 
         return _retrying(attempt)
 
+    def purge_queue(self, vhost: str, namespace: NamespaceName, name: str, owner: str) -> int:
+        """Drop the ready messages of a queue; returns how many (from the stats read just
+        before). Raises NotFound, ResourceLocked."""
+        queue = self._require_queue(vhost, name, (50, 30))
+        self._check_owner(vhost, queue, owner, (50, 30))
+        counts = self.queue_counts(vhost, namespace, name)
+        for binding_set, _ in self.binding_sets(vhost, name):
+            self.admin.skip_all(
+                naming.TopicName(namespace, binding_set.topic), binding_set.subscription
+            )
+        return counts.message_count
+
     def _drop_subscription_now(
         self, vhost: str, namespace: NamespaceName, record: RetiredSubscription
     ) -> None:
@@ -396,11 +406,9 @@ class TopologyService:
         exchange; checked by the caller), PreconditionFailed (bad headers arguments)."""
 
         def attempt() -> None:
+            # With both missing RabbitMQ reports the exchange.
+            exchange = self._require_exchange(vhost, exchange_name, (50, 20))
             queue = self._require_queue(vhost, queue_name, (50, 20))
-            found_exchange = self.get_exchange(vhost, exchange_name)
-            if found_exchange is None:
-                raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost}'", (50, 20))
-            exchange: Exchange = found_exchange[0]
             self._check_owner(vhost, queue, owner, (50, 20))
             validate_binding_arguments(exchange, arguments)
             topic = naming.exchange_topic(namespace, exchange.name, exchange.type, routing_key)
@@ -482,9 +490,13 @@ class TopologyService:
         does not exist is fine (RabbitMQ 3.x)."""
 
         def attempt() -> None:
-            queue = self._require_queue(vhost, queue_name, (50, 50))
-            exchange = self._require_exchange(vhost, exchange_name, (50, 50))
-            self._check_owner(vhost, queue, owner, (50, 50))
+            # RabbitMQ 3.x: unbinding what does not exist (binding, queue or exchange) is ok.
+            found_queue = self.get_queue(vhost, queue_name)
+            found_exchange = self.get_exchange(vhost, exchange_name)
+            if found_queue is None or found_exchange is None:
+                return
+            queue: Queue = found_queue[0]
+            exchange: Exchange = found_exchange[0]
             topic = naming.exchange_topic(namespace, exchange.name, exchange.type, routing_key)
             set_path = self.paths.binding_set(vhost, queue_name, topic.local)
             found_set = self._read(set_path)
@@ -494,11 +506,12 @@ class TopologyService:
             active = binding_set.active_entries
             if not any(e.same_binding(routing_key, arguments) for e in active):
                 return
+            self._check_owner(vhost, queue, owner, (50, 50))
             end = self.admin.last_message_id(topic)
             remaining = [e for e in active if not e.same_binding(routing_key, arguments)]
             if remaining:
                 entries = tuple(
-                    replace(e, end=end)
+                    replace(e, end=end, unbound=True)
                     if e.active and e.same_binding(routing_key, arguments)
                     else e
                     for e in binding_set.entries
@@ -556,6 +569,7 @@ class TopologyService:
             self.zk.commit(ops)
         except TransactionFailed as e:
             # Someone changed what we read (or deleted/created it): read again and redo.
+            log.debug("topology transaction lost (%s); retrying", e)
             raise _Retry from e
 
     @staticmethod

@@ -1,0 +1,139 @@
+"""The watched, in-memory copy of the topology that every proxy keeps.
+
+A kazoo TreeCache mirrors `{root}/v1/vhosts`; its events (on kazoo's thread) update plain
+dictionaries behind a lock, indexed for routing: exchange -> the binding sets that read its
+topics. Routing reads only this cache and never waits on ZooKeeper; declares and binds read
+ZooKeeper itself (they must see the latest state). How fast a change reaches the other
+proxies' caches is measured by tests/integration/test_topology_cluster.py (docs/metadata.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.recipe.cache import TreeCache, TreeEvent
+
+from starlight_py.metadata.records import BindingSet, Paths, RecordError, decode
+from starlight_py.metadata.zookeeper import ZooKeeperClient
+from starlight_py.model.naming import unescape
+from starlight_py.model.topology import Exchange, Queue
+
+log = logging.getLogger("starlight.cache")
+
+
+def _name(segment: str) -> str:
+    return "" if segment == "~" else unescape(segment)
+
+
+class TopologyCache:
+    def __init__(self, zookeeper: ZooKeeperClient, paths: Paths) -> None:
+        self._paths = paths
+        self._prefix = paths.vhosts + "/"
+        self._tree = TreeCache(zookeeper.kazoo, paths.vhosts)
+        self._lock = threading.Lock()
+        self._exchanges: dict[tuple[str, str], Exchange] = {}
+        self._queues: dict[tuple[str, str], Queue] = {}
+        # (vhost, exchange) -> {(queue, topic): BindingSet}
+        self._sets_by_exchange: dict[tuple[str, str], dict[tuple[str, str], BindingSet]] = {}
+        self._set_keys: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
+        self.ready = threading.Event()
+        self.changes = 0
+        self.last_change = 0.0
+        self._listeners: list[Callable[[], None]] = []
+
+    def start(self) -> None:
+        self._tree.listen(self._on_event)
+        self._tree.start()
+
+    def close(self) -> None:
+        self._tree.close()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on kazoo's thread) after every applied change."""
+        self._listeners.append(callback)
+
+    # ---- reads (any thread) -----------------------------------------------------------------
+
+    def exchange(self, vhost: str, name: str) -> Exchange | None:
+        with self._lock:
+            return self._exchanges.get((vhost, name))
+
+    def queue(self, vhost: str, name: str) -> Queue | None:
+        with self._lock:
+            return self._queues.get((vhost, name))
+
+    def binding_sets_of_exchange(self, vhost: str, exchange: str) -> list[BindingSet]:
+        with self._lock:
+            return list(self._sets_by_exchange.get((vhost, exchange), {}).values())
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Poll `predicate` until true or `timeout`; for tests and startup."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(0.001)
+        return predicate()
+
+    # ---- events (kazoo's thread) ------------------------------------------------------------
+
+    def _on_event(self, event: Any) -> None:
+        if event.event_type == TreeEvent.INITIALIZED:
+            self.ready.set()
+            return
+        if event.event_type not in (
+            TreeEvent.NODE_ADDED,
+            TreeEvent.NODE_UPDATED,
+            TreeEvent.NODE_REMOVED,
+        ):
+            return
+        data = event.event_data
+        path: str = data.path
+        if not path.startswith(self._prefix):
+            return
+        parts = path[len(self._prefix) :].split("/")
+        removed = event.event_type == TreeEvent.NODE_REMOVED
+        try:
+            self._apply(parts, None if removed else data.data)
+        except (RecordError, ValueError) as e:
+            log.warning("ignoring unreadable znode %s: %s", path, e)
+            return
+        self.changes += 1
+        self.last_change = time.time()
+        for callback in self._listeners:
+            callback()
+
+    def _apply(self, parts: list[str], raw: bytes | None) -> None:
+        if len(parts) < 3:
+            return
+        vhost = _name(parts[0])
+        kind, name = parts[1], _name(parts[2])
+        record = decode(raw) if raw else None
+        with self._lock:
+            if kind == "exchanges" and len(parts) == 3:
+                if isinstance(record, Exchange):
+                    self._exchanges[(vhost, name)] = record
+                elif raw is None:
+                    self._exchanges.pop((vhost, name), None)
+            elif kind == "queues" and len(parts) == 3:
+                if isinstance(record, Queue):
+                    self._queues[(vhost, name)] = record
+                elif raw is None:
+                    self._queues.pop((vhost, name), None)
+            elif kind == "queues" and len(parts) == 5 and parts[3] == "bindings":
+                path_key = "/".join(parts)
+                if isinstance(record, BindingSet):
+                    exchange_key = (vhost, record.exchange)
+                    set_key = (record.queue, record.topic)
+                    self._sets_by_exchange.setdefault(exchange_key, {})[set_key] = record
+                    self._set_keys[path_key] = (exchange_key, set_key)
+                elif raw is None and path_key in self._set_keys:
+                    exchange_key, set_key = self._set_keys.pop(path_key)
+                    sets = self._sets_by_exchange.get(exchange_key, {})
+                    sets.pop(set_key, None)
+                    if not sets:
+                        self._sets_by_exchange.pop(exchange_key, None)

@@ -1,0 +1,663 @@
+"""queue.declare / queue.delete / queue.purge answer exactly as RabbitMQ 3.10 does: reply
+codes, which side closes, the stable part of the reply text, exclusivity."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pika
+import pika.exceptions
+import pytest
+from pamqp import commands
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+from tests.integration.conftest import Broker
+from tests.support.raw_amqp import RawClient
+
+# --- helpers (each topology test module carries its own small copy) -------------------
+
+
+def unique(kind: str) -> str:
+    return f"topo-{kind}-{uuid.uuid4().hex[:12]}"
+
+
+class Created:
+    """Names one test creates; whatever is left is deleted (best effort) when it ends."""
+
+    def __init__(self) -> None:
+        self.exchanges: list[str] = []
+        self.queues: list[str] = []
+
+    def exchange(self, kind: str = "x") -> str:
+        name = unique(kind)
+        self.exchanges.append(name)
+        return name
+
+    def queue(self, kind: str = "q") -> str:
+        name = unique(kind)
+        self.queues.append(name)
+        return name
+
+
+@pytest.fixture
+def created(broker: Broker) -> Iterator[Created]:
+    names = Created()
+    yield names
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    try:
+        channel = connection.channel()
+        targets = [("queue", q) for q in names.queues]
+        targets += [("exchange", x) for x in names.exchanges]
+        for kind, name in targets:
+            try:
+                if kind == "queue":
+                    channel.queue_delete(name)
+                else:
+                    channel.exchange_delete(name)
+            except pika.exceptions.ChannelClosedByBroker:
+                channel = connection.channel()
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def connection(broker: Broker, created: Created) -> Iterator[BlockingConnection]:
+    # Depends on `created` so that it closes first (exclusive queues go with it).
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+def closes_channel(
+    connection: BlockingConnection, action: Callable[[], object]
+) -> pika.exceptions.ChannelClosedByBroker:
+    """Run `action`, which must make the broker close the channel (not the connection)."""
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        action()
+    assert connection.is_open
+    assert connection.channel().is_open
+    return info.value
+
+
+@contextlib.contextmanager
+def raw_channel(broker: Broker) -> Iterator[RawClient]:
+    client = broker.raw()
+    try:
+        client.handshake()
+        assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
+        yield client
+    finally:
+        client.close()
+
+
+def next_reply(client: RawClient) -> object:
+    channel, method = client.read_method()
+    assert channel == 1, (channel, method)
+    return method
+
+
+def wait_until_queue_is_gone(
+    connection: BlockingConnection, queue: str, timeout: float = 5.0
+) -> int:
+    """Passive-declare `queue` until the broker says 404; returns the last reply code.
+
+    While the owner's connection is being torn down the queue may still exist and answer
+    405 (another connection's exclusive queue): keep asking until it is gone."""
+    deadline = time.monotonic() + timeout
+    channel = connection.channel()
+    code = 200
+    while time.monotonic() < deadline:
+        try:
+            channel.queue_declare(queue, passive=True)
+            code = 200
+        except pika.exceptions.ChannelClosedByBroker as e:
+            assert connection.is_open
+            code = int(e.reply_code)
+            if code != 405:
+                return code
+            channel = connection.channel()
+        time.sleep(0.05)
+    return code
+
+
+LOCKED = "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}' in vhost '/'"
+
+
+# --- declare ------------------------------------------------------------------------
+
+
+def test_declare_named_queue_returns_its_name_and_zero_counts(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    ok = channel.queue_declare(name).method
+    assert isinstance(ok, pika.spec.Queue.DeclareOk)
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 0, 0)
+    # An equivalent redeclare answers the same.
+    ok = channel.queue_declare(name).method
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 0, 0)
+
+
+def test_server_named_queue_gets_a_fresh_amq_gen_name(connection: BlockingConnection) -> None:
+    channel = connection.channel()
+    first = channel.queue_declare("", exclusive=True).method
+    second = channel.queue_declare("", exclusive=True).method
+    assert first.queue.startswith("amq.gen-") and second.queue.startswith("amq.gen-")
+    assert first.queue != second.queue
+    assert (first.message_count, first.consumer_count) == (0, 0)
+    ok = channel.queue_declare(first.queue, passive=True).method
+    assert ok.queue == first.queue
+
+
+def test_redeclaring_a_server_named_queue_by_name_is_403(connection: BlockingConnection) -> None:
+    # Surprising but true: the reserved-prefix check applies to every non-passive declare,
+    # even of a queue that exists (only passive declares can name amq.gen-* queues).
+    channel = connection.channel()
+    name = channel.queue_declare("", exclusive=True).method.queue
+    error = closes_channel(connection, lambda: channel.queue_declare(name, exclusive=True))
+    assert error.reply_code == 403
+    assert error.reply_text == (
+        f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'"
+    )
+
+
+def test_passive_declare_of_existing_queue_returns_its_counts(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name)
+    ok = channel.queue_declare(name, passive=True).method
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 0, 0)
+    consumer_channel = connection.channel()
+    consumer_channel.basic_consume(name, lambda *_: None)
+    ok = channel.queue_declare(name, passive=True).method
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 0, 1)
+
+
+def test_passive_declare_of_missing_queue_closes_the_channel_with_404(
+    connection: BlockingConnection,
+) -> None:
+    channel = connection.channel()
+    name = unique("missing")
+    error = closes_channel(connection, lambda: channel.queue_declare(name, passive=True))
+    assert error.reply_code == 404
+    assert error.reply_text == f"NOT_FOUND - no queue '{name}' in vhost '/'"
+
+
+def test_passive_declare_ignores_flags_and_arguments(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name)
+    ok = channel.queue_declare(
+        name, passive=True, durable=True, auto_delete=True, arguments={"x-message-ttl": 5}
+    ).method
+    assert ok.queue == name
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "arg", "received", "current"),
+    [
+        ({"durable": False}, {"durable": True}, "durable", "true", "false"),
+        ({"durable": True}, {"durable": False}, "durable", "false", "true"),
+        ({"auto_delete": False}, {"auto_delete": True}, "auto_delete", "true", "false"),
+        ({"auto_delete": True}, {"auto_delete": False}, "auto_delete", "false", "true"),
+        (
+            {"durable": False, "auto_delete": False},
+            {"durable": True, "auto_delete": True},
+            "durable",
+            "true",
+            "false",
+        ),
+        (
+            {"arguments": {"x-message-ttl": 1000}},
+            {"arguments": {"x-message-ttl": 2000}},
+            "x-message-ttl",
+            "2000",
+            "1000",
+        ),
+        (
+            {"arguments": {"x-expires": 100000}},
+            {"arguments": {"x-expires": 200000}},
+            "x-expires",
+            "200000",
+            "100000",
+        ),
+        (
+            {"arguments": {"x-max-length": 10}},
+            {"arguments": {"x-max-length": 20}},
+            "x-max-length",
+            "20",
+            "10",
+        ),
+        (
+            {"arguments": {"x-max-priority": 5}},
+            {"arguments": {"x-max-priority": 6}},
+            "x-max-priority",
+            "6",
+            "5",
+        ),
+        (
+            {"arguments": {"x-dead-letter-exchange": "dlx-a"}},
+            {"arguments": {"x-dead-letter-exchange": "dlx-b"}},
+            "x-dead-letter-exchange",
+            "dlx-b",
+            "dlx-a",
+        ),
+        # Flags are compared before arguments.
+        (
+            {"auto_delete": False, "arguments": {"x-message-ttl": 1000}},
+            {"auto_delete": True, "arguments": {"x-message-ttl": 2000}},
+            "auto_delete",
+            "true",
+            "false",
+        ),
+    ],
+    ids=[
+        "durable-on",
+        "durable-off",
+        "auto_delete-on",
+        "auto_delete-off",
+        "durable-before-auto_delete",
+        "x-message-ttl",
+        "x-expires",
+        "x-max-length",
+        "x-max-priority",
+        "x-dead-letter-exchange",
+        "flags-before-arguments",
+    ],
+)
+def test_inequivalent_redeclare_closes_the_channel_with_406_naming_the_arg(
+    connection: BlockingConnection,
+    created: Created,
+    first: dict[str, object],
+    second: dict[str, object],
+    arg: str,
+    received: str,
+    current: str,
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name, **first)
+    error = closes_channel(connection, lambda: channel.queue_declare(name, **second))
+    assert error.reply_code == 406
+    assert error.reply_text == (
+        f"PRECONDITION_FAILED - inequivalent arg '{arg}' for queue '{name}' in vhost '/': "
+        f"received '{received}' but current is '{current}'"
+    )
+    connection.channel().queue_declare(name, **first)  # unchanged
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "detail"),
+    [
+        (
+            {},
+            {"x-message-ttl": 2000},
+            "received the value '2000' of type 'signedint' but current is none",
+        ),
+        (
+            {"x-message-ttl": 2000},
+            {},
+            "received none but current is the value '2000' of type 'signedint'",
+        ),
+    ],
+    ids=["added", "removed"],
+)
+def test_queue_argument_added_or_removed_is_406(
+    connection: BlockingConnection,
+    created: Created,
+    first: dict[str, object],
+    second: dict[str, object],
+    detail: str,
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name, arguments=first)
+    error = closes_channel(
+        connection,
+        lambda: channel.queue_declare(name, arguments=second),
+    )
+    assert error.reply_code == 406
+    assert error.reply_text == (
+        f"PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{name}' "
+        f"in vhost '/': {detail}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"exclusive": False}, {"exclusive": True}),
+        ({"exclusive": True}, {"exclusive": False}),
+        # exclusive is checked before durable.
+        ({"exclusive": False, "durable": False}, {"exclusive": True, "durable": True}),
+    ],
+    ids=["exclusive-on", "exclusive-off", "exclusive-before-durable"],
+)
+def test_redeclare_with_other_exclusive_flag_is_405_not_406(
+    connection: BlockingConnection,
+    created: Created,
+    first: dict[str, bool],
+    second: dict[str, bool],
+) -> None:
+    # RabbitMQ answers a differing `exclusive` with RESOURCE_LOCKED, even on the very
+    # connection that declared the queue.
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name, **first)
+    error = closes_channel(connection, lambda: channel.queue_declare(name, **second))
+    assert error.reply_code == 405
+    assert error.reply_text.startswith(LOCKED.format(name))
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"x-foo": "a"}, {"x-foo": "b"}),
+        ({"x-foo": "a"}, {}),
+        ({}, {"x-queue-type": "classic"}),
+    ],
+    ids=["x-foo-differs", "x-foo-dropped", "x-queue-type-classic-is-the-default"],
+)
+def test_arguments_rabbitmq_does_not_compare_may_differ(
+    connection: BlockingConnection,
+    created: Created,
+    first: dict[str, object],
+    second: dict[str, object],
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name, arguments=first)
+    ok = channel.queue_declare(name, arguments=second).method
+    assert (ok.queue, ok.message_count) == (name, 0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "detail"),
+    [
+        (
+            {"x-message-ttl": "abc"},
+            "invalid arg 'x-message-ttl' for queue '{}' in vhost '/': "
+            '"expected integer, got longstr"',
+        ),
+        (
+            {"x-message-ttl": -1},
+            "invalid arg 'x-message-ttl' for queue '{}' in vhost '/': {{value_negative,-1}}",
+        ),
+        ({"x-expires": 0}, "invalid arg 'x-expires' for queue '{}' in vhost '/': {{value_zero,0}}"),
+        (
+            {"x-expires": -1},
+            "invalid arg 'x-expires' for queue '{}' in vhost '/': {{value_negative,-1}}",
+        ),
+        (
+            {"x-max-length": -1},
+            "invalid arg 'x-max-length' for queue '{}' in vhost '/': {{value_negative,-1}}",
+        ),
+        (
+            {"x-max-length-bytes": -1},
+            "invalid arg 'x-max-length-bytes' for queue '{}' in vhost '/': {{value_negative,-1}}",
+        ),
+        (
+            {"x-max-priority": 300},
+            "invalid arg 'x-max-priority' for queue '{}' in vhost '/': {{max_value_exceeded,300}}",
+        ),
+        (
+            {"x-max-priority": 256},
+            "invalid arg 'x-max-priority' for queue '{}' in vhost '/': {{max_value_exceeded,256}}",
+        ),
+        (
+            {"x-max-priority": -1},
+            "invalid arg 'x-max-priority' for queue '{}' in vhost '/': {{value_negative,-1}}",
+        ),
+        (
+            {"x-dead-letter-routing-key": "k"},
+            "invalid arg 'x-dead-letter-routing-key' for queue '{}' in vhost '/': "
+            "routing_key_but_no_dlx_defined",
+        ),
+        (
+            {"x-dead-letter-exchange": 5},
+            "invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue '{}' in vhost '/'",
+        ),
+        (
+            {"x-overflow": "bogus"},
+            "invalid arg 'x-overflow' for queue '{}' in vhost '/': invalid_overflow",
+        ),
+    ],
+    ids=[
+        "ttl-string",
+        "ttl-negative",
+        "expires-zero",
+        "expires-negative",
+        "max-length-negative",
+        "max-length-bytes-negative",
+        "max-priority-300",
+        "max-priority-256",
+        "max-priority-negative",
+        "dlrk-without-dlx",
+        "dlx-not-a-string",
+        "overflow-bogus",
+    ],
+)
+def test_invalid_queue_argument_closes_the_channel_with_406(
+    connection: BlockingConnection,
+    created: Created,
+    arguments: dict[str, object],
+    detail: str,
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    error = closes_channel(
+        connection,
+        lambda: channel.queue_declare(name, arguments=arguments),
+    )
+    assert error.reply_code == 406
+    assert error.reply_text == "PRECONDITION_FAILED - " + detail.format(name)
+    # Nothing was created.
+    error = closes_channel(
+        connection, lambda: connection.channel().queue_declare(name, passive=True)
+    )
+    assert error.reply_code == 404
+
+
+def test_max_priority_255_is_the_largest_accepted(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    ok = channel.queue_declare(name, arguments={"x-max-priority": 255}).method
+    assert ok.queue == name
+
+
+def test_declaring_an_amq_prefixed_queue_is_403(connection: BlockingConnection) -> None:
+    channel = connection.channel()
+    name = f"amq.{unique('q')}"
+    error = closes_channel(connection, lambda: channel.queue_declare(name))
+    assert error.reply_code == 403
+    assert error.reply_text == (
+        f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'"
+    )
+
+
+def test_passive_declare_of_missing_amq_prefixed_queue_is_404(
+    connection: BlockingConnection,
+) -> None:
+    channel = connection.channel()
+    name = f"amq.{unique('q')}"
+    error = closes_channel(connection, lambda: channel.queue_declare(name, passive=True))
+    assert error.reply_code == 404
+    assert error.reply_text == f"NOT_FOUND - no queue '{name}' in vhost '/'"
+
+
+def test_nowait_declare_then_passive_declare(broker: Broker, created: Created) -> None:
+    name = created.queue("nowait")
+    with raw_channel(broker) as client:
+        client.send_method(1, commands.Queue.Declare(queue=name, nowait=True))
+        client.send_method(1, commands.Queue.Declare(queue=name, passive=True))
+        ok = next_reply(client)
+        assert isinstance(ok, commands.Queue.DeclareOk)
+        assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 0, 0)
+        client.send_method(1, commands.Queue.Delete(queue=name, nowait=True))
+        client.send_method(1, commands.Queue.Declare(queue=name, passive=True))
+        close = next_reply(client)
+        assert isinstance(close, commands.Channel.Close)
+        assert (close.reply_code, close.class_id, close.method_id) == (404, 50, 10)
+        assert close.reply_text == f"NOT_FOUND - no queue '{name}' in vhost '/'"
+
+
+def test_nowait_invalid_declare_still_closes_the_channel(broker: Broker) -> None:
+    with raw_channel(broker) as client:
+        name = f"amq.{unique('q')}"
+        client.send_method(1, commands.Queue.Declare(queue=name, nowait=True))
+        close = next_reply(client)
+        assert isinstance(close, commands.Channel.Close)
+        assert (close.reply_code, close.class_id, close.method_id) == (403, 50, 10)
+
+
+# --- exclusive queues ---------------------------------------------------------------
+
+OTHER_CONNECTION_OPERATIONS: dict[str, Callable[[BlockingChannel, str], object]] = {
+    "passive-declare": lambda ch, q: ch.queue_declare(q, passive=True),
+    "declare-exclusive": lambda ch, q: ch.queue_declare(q, exclusive=True),
+    "declare-shared": lambda ch, q: ch.queue_declare(q),
+    "basic-get": lambda ch, q: ch.basic_get(q),
+    "basic-consume": lambda ch, q: ch.basic_consume(q, lambda *_: None),
+    "delete": lambda ch, q: ch.queue_delete(q),
+    "purge": lambda ch, q: ch.queue_purge(q),
+    "bind": lambda ch, q: ch.queue_bind(q, "amq.fanout"),
+}
+
+
+@pytest.mark.parametrize("operation", list(OTHER_CONNECTION_OPERATIONS))
+def test_exclusive_queue_is_locked_for_other_connections(
+    broker: Broker, connection: BlockingConnection, created: Created, operation: str
+) -> None:
+    name = created.queue("excl")
+    connection.channel().queue_declare(name, exclusive=True)
+    other = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    try:
+        channel = other.channel()
+        error = closes_channel(other, lambda: OTHER_CONNECTION_OPERATIONS[operation](channel, name))
+        assert error.reply_code == 405
+        assert error.reply_text.startswith(LOCKED.format(name))
+    finally:
+        other.close()
+    # The owner is unaffected.
+    ok = connection.channel().queue_declare(name, passive=True).method
+    assert ok.queue == name
+
+
+def test_exclusive_queue_is_usable_from_another_channel_of_its_connection(
+    connection: BlockingConnection, created: Created
+) -> None:
+    name = created.queue("excl")
+    connection.channel().queue_declare(name, exclusive=True)
+    channel = connection.channel()
+    assert channel.queue_declare(name, passive=True).method.queue == name
+    assert channel.queue_declare(name, exclusive=True).method.queue == name
+    assert channel.basic_get(name) == (None, None, None)
+    assert channel.queue_purge(name).method.message_count == 0
+
+
+def test_exclusive_queue_goes_when_its_connection_closes(
+    broker: Broker, connection: BlockingConnection, created: Created
+) -> None:
+    name = created.queue("excl")
+    owner = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    owner.channel().queue_declare(name, exclusive=True)
+    owner.close()
+    assert wait_until_queue_is_gone(connection, name) == 404
+    # The name is free again, for anyone.
+    assert connection.channel().queue_declare(name, exclusive=True).method.queue == name
+
+
+def test_exclusive_queue_goes_when_its_socket_drops(
+    broker: Broker, connection: BlockingConnection, created: Created
+) -> None:
+    name = created.queue("excl")
+    with raw_channel(broker) as client:
+        client.send_method(1, commands.Queue.Declare(queue=name, exclusive=True))
+        assert isinstance(next_reply(client), commands.Queue.DeclareOk)
+    # No connection.close: the socket just went away.
+    assert wait_until_queue_is_gone(connection, name) == 404
+
+
+# --- delete / purge -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [{}, {"if_unused": True, "if_empty": True}],
+    ids=["plain", "if_unused-if_empty"],
+)
+def test_deleting_a_missing_queue_is_delete_ok_with_zero(
+    connection: BlockingConnection, flags: dict[str, bool]
+) -> None:
+    channel = connection.channel()
+    ok = channel.queue_delete(unique("missing"), **flags).method
+    assert isinstance(ok, pika.spec.Queue.DeleteOk)
+    assert ok.message_count == 0
+    assert channel.is_open
+
+
+def test_delete_removes_the_queue(connection: BlockingConnection, created: Created) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name, durable=True)
+    ok = channel.queue_delete(name).method
+    assert (type(ok), ok.message_count) == (pika.spec.Queue.DeleteOk, 0)
+    error = closes_channel(connection, lambda: channel.queue_declare(name, passive=True))
+    assert error.reply_code == 404
+
+
+def test_purging_a_missing_queue_is_404(connection: BlockingConnection) -> None:
+    channel = connection.channel()
+    name = unique("missing")
+    error = closes_channel(connection, lambda: channel.queue_purge(name))
+    assert error.reply_code == 404
+    assert error.reply_text == f"NOT_FOUND - no queue '{name}' in vhost '/'"
+
+
+def test_purging_an_empty_queue_is_purge_ok_zero(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name)
+    ok = channel.queue_purge(name).method
+    assert (type(ok), ok.message_count) == (pika.spec.Queue.PurgeOk, 0)
+
+
+def test_delete_if_unused_with_a_consumer_is_406(
+    connection: BlockingConnection, created: Created
+) -> None:
+    name = created.queue()
+    consumer_channel = connection.channel()
+    consumer_channel.queue_declare(name)
+    tag = consumer_channel.basic_consume(name, lambda *_: None)
+    channel = connection.channel()
+    error = closes_channel(connection, lambda: channel.queue_delete(name, if_unused=True))
+    assert error.reply_code == 406
+    assert error.reply_text == f"PRECONDITION_FAILED - queue '{name}' in vhost '/' in use"
+    consumer_channel.basic_cancel(tag)
+    ok = connection.channel().queue_delete(name, if_unused=True).method
+    assert isinstance(ok, pika.spec.Queue.DeleteOk)
+
+
+def test_delete_if_empty_on_an_empty_queue_is_ok(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = connection.channel()
+    name = created.queue()
+    channel.queue_declare(name)
+    ok = channel.queue_delete(name, if_empty=True).method
+    assert (type(ok), ok.message_count) == (pika.spec.Queue.DeleteOk, 0)
+    error = closes_channel(connection, lambda: channel.queue_declare(name, passive=True))
+    assert error.reply_code == 404
