@@ -117,6 +117,7 @@ class AMQPConnection:
         self._input_broken = False
         self._channels: dict[int, _Channel] = {}
         self._out: list[bytes] = []
+        self.pending_output = 0  # bytes queued and not yet taken by data_to_send
 
     # ---- what the shell asks ------------------------------------------------------------
 
@@ -152,6 +153,7 @@ class AMQPConnection:
             return b""
         data = b"".join(self._out)
         self._out.clear()
+        self.pending_output = 0
         return data
 
     # ---- input --------------------------------------------------------------------------
@@ -193,7 +195,7 @@ class AMQPConnection:
         received = bytes(self._header)
         if not any(h.startswith(received) for h in framing.ACCEPTED_PROTOCOL_HEADERS):
             # The spec's answer to a wrong header: our header, then close the socket.
-            self._out.append(framing.PROTOCOL_HEADER)
+            self._queue(framing.PROTOCOL_HEADER)
             self.state = ConnectionState.CLOSED
             return b""
         if len(self._header) < len(framing.PROTOCOL_HEADER):
@@ -449,13 +451,11 @@ class AMQPConnection:
     ) -> None:
         """Queue basic.deliver / get-ok / return with its header and body frames."""
         if self.channel_is_open(channel):
-            self._out.append(
-                framing.encode_content(channel, method, properties, body, self.frame_max)
-            )
+            self._queue(framing.encode_content(channel, method, properties, body, self.frame_max))
 
     def send_heartbeat(self) -> None:
         if self.state not in (ConnectionState.CLOSED, ConnectionState.AWAITING_HEADER):
-            self._out.append(framing.encode_heartbeat())
+            self._queue(framing.encode_heartbeat())
 
     def finish_channel_close(self, channel: int) -> None:
         """The shell released a channel the client closed: confirm with close-ok."""
@@ -515,7 +515,11 @@ class AMQPConnection:
         )
 
     def _send(self, channel: int, method: PamqpMethod) -> None:
-        self._out.append(framing.encode_method(channel, method))
+        self._queue(framing.encode_method(channel, method))
+
+    def _queue(self, data: bytes) -> None:
+        self._out.append(data)
+        self.pending_output += len(data)
 
 
 def _ids_of(frame: framing.Frame) -> tuple[int, int]:

@@ -32,7 +32,10 @@ from starlight_py.amqp.errors import (
 from starlight_py.amqp.framing import method_ids
 from starlight_py.auth.authenticator import AuthenticationFailed, Principal
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.consuming import Consumers
 from starlight_py.gateway.errors import as_amqp_error
+from starlight_py.gateway.message_methods import MessageMethods
+from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.units import SECONDS
 
@@ -59,6 +62,9 @@ class ClientConnection:
         self.principal: Principal | None = None
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VhostContext | None = None
+        self.messages: MessageMethods | None = None
+        self._nursery: trio.Nursery | None = None
+        self._bindings_changed = trio.Event()
         self._wakeup = trio.Event()
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
@@ -70,23 +76,49 @@ class ClientConnection:
         self._log.debug("%s accepted from %s", self.id, self.peer)
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 nursery.start_soon(self._read_loop, nursery.cancel_scope)
                 nursery.start_soon(self._write_loop, nursery.cancel_scope)
                 nursery.start_soon(self._timers)
+                nursery.start_soon(self._follow_bindings)
         finally:
             await self._hang_up()
             await self._release()
             self._log.info("%s from %s closed", self.id, self.peer)
 
     async def _release(self) -> None:
-        """What dies with the connection: its exclusive queues."""
-        if self.vhost is None or not self.vhost.exclusive_queues:
-            return
+        """What dies with the connection: its consumers (the broker requeues what they
+        held), its producers' pending confirms, its exclusive queues."""
         with trio.CancelScope(shield=True), trio.move_on_after(30):
+            self.services.change_listeners.discard(self._on_topology_change)
+            if self.messages is not None:
+                messages, self.messages = self.messages, None
+                try:
+                    await messages.close()
+                except Exception:
+                    self._log.exception("%s: could not close its consumers", self.id)
+            if self.vhost is None or not self.vhost.exclusive_queues:
+                return
             try:
                 await self.services.topology_methods.release_connection(self.vhost)
             except Exception:
                 self._log.exception("%s: could not delete its exclusive queues", self.id)
+
+    def _on_topology_change(self) -> None:
+        self._bindings_changed.set()
+
+    async def _follow_bindings(self) -> None:
+        """Consumers follow bindings added (and queues deleted) after they started."""
+        while True:
+            await self._bindings_changed.wait()
+            self._bindings_changed = trio.Event()
+            if self.messages is not None:
+                try:
+                    await self.messages.consumers.follow_bindings()
+                except Exception as e:
+                    self._log.warning("%s: following binding changes failed: %s", self.id, e)
+                    await trio.sleep(1)
+                    self._bindings_changed.set()
 
     # ---- reading ----------------------------------------------------------------------------
 
@@ -127,6 +159,8 @@ class ClientConnection:
             self.vhost = VhostContext(
                 event.virtual_host, namespace, f"{self.services.proxy_id}/{self.id}"
             )
+            self.messages = self._message_methods(self.vhost)
+            self.services.change_listeners.add(self._on_topology_change)
             self.conn.accept_open()
             self._log.info(
                 "%s: %s opened vhost %r (Pulsar namespace %s)",
@@ -140,12 +174,19 @@ class ClientConnection:
         elif isinstance(event, ev.MethodReceived):
             await self._method(event)
         elif isinstance(event, ev.ContentReceived):
-            raise NotImplementedMethod(f"{event.method.name} is not implemented yet", (60, 40))
+            session = self.channels.get(event.channel)
+            if session is not None and self.messages is not None:
+                assert isinstance(event.method, commands.Basic.Publish)
+                await self.messages.publish(session, event.method, event.properties, event.body)
         elif isinstance(event, ev.ChannelCloseRequested):
             self.channels.pop(event.channel, None)
+            if self.messages is not None:
+                await self.messages.channel_closed(event.channel)
             self.conn.finish_channel_close(event.channel)
         elif isinstance(event, ev.ChannelClosed):
             self.channels.pop(event.channel, None)
+            if self.messages is not None:
+                await self.messages.channel_closed(event.channel)
         elif isinstance(event, ev.ConnectionCloseRequested):
             # As RabbitMQ: what dies with the connection is gone before close-ok.
             self.channels.clear()
@@ -179,36 +220,34 @@ class ClientConnection:
 
             if await self.services.topology_methods.handle(self.vhost, session, method, reply):
                 return
-        if isinstance(method, commands.Confirm.Select) and session is not None:
-            session.confirm_mode = True
-            if not method.nowait:
-                self.conn.send_method(event.channel, commands.Confirm.SelectOk())
-            return
-        if isinstance(method, commands.Basic.Qos) and session is not None:
-            if method.prefetch_size:
-                # As RabbitMQ: byte-based prefetch is not supported.
-                raise NotImplementedMethod(
-                    f"prefetch_size!=0 ({method.prefetch_size})", method_ids(method)
-                )
-            if method.global_:
-                session.channel_prefetch = method.prefetch_count
-            else:
-                session.consumer_prefetch = method.prefetch_count
-            self.conn.send_method(event.channel, commands.Basic.QosOk())
-            return
+            if self.messages is not None and await self.messages.handle(session, method):
+                return
         if isinstance(method, commands.Exchange.Bind | commands.Exchange.Unbind):
             raise NotImplementedMethod(
                 "exchange-to-exchange bindings are not supported yet: each queue must still "
                 "get every message once (see docs/compatibility.md)",
                 method_ids(method),
             )
-        if isinstance(method, commands.Channel.Flow):
-            # RabbitMQ answers flow(active=true) and refuses to stop delivery this way.
-            if method.active:
-                self.conn.send_method(event.channel, commands.Channel.FlowOk(active=True))
-                return
-            raise NotImplementedMethod("active=false", method_ids(method))
         raise NotImplementedMethod(f"{name} is not implemented yet", method_ids(method))
+
+    def _message_methods(self, ctx: VhostContext) -> MessageMethods:
+        services = self.services
+        nursery = self._nursery
+        assert nursery is not None
+        publisher = Publisher(
+            self.conn, ctx, services.cache, services.topology, services.producers, self._kick
+        )
+        consumers = Consumers(
+            self.conn,
+            ctx,
+            services.cache,
+            services.topology,
+            services.backend,
+            f"{services.proxy_id}/{self.id}",
+            self._kick,
+            nursery.start_soon,
+        )
+        return MessageMethods(self.conn, ctx, publisher, consumers)
 
     def _on_error(self, channel: int, error: AMQPError) -> None:
         scope = "connection" if error.closes_connection or channel == 0 else f"channel {channel}"
@@ -232,6 +271,8 @@ class ClientConnection:
                     scope.cancel()
                     return
                 self._last_sent = trio.current_time()
+                if self.messages is not None:
+                    self.messages.consumers.output_flushed()
             if self.conn.closed:
                 scope.cancel()
                 return

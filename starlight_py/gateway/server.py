@@ -7,7 +7,9 @@ import os
 import secrets
 import socket
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 from pamqp.common import FieldTable
@@ -17,8 +19,10 @@ from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import InternalError
 from starlight_py.auth.authenticator import AcceptAnyAuthenticator, Authenticator
 from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
+from starlight_py.gateway.publishing import ProducerPool
 from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
 from starlight_py.metadata.cache import TopologyCache
@@ -57,6 +61,17 @@ class ProxyServices:
     topology_methods: TopologyMethods
     proxy_id: str
     cache: TopologyCache
+    backend: PulsarBackend
+    producers: ProducerPool
+    # Connections to tell when the topology changes (consumers follow new bindings).
+    change_listeners: set[Callable[[], None]] = field(default_factory=set)
+
+    def topology_changed(self) -> None:
+        """Runs on kazoo's thread: only schedules work on trio's."""
+        for listener in list(self.change_listeners):
+            self._token.run_sync_soon(listener)
+
+    _token: Any = None
 
     async def open_vhost(self, vhost: str) -> NamespaceName:
         """The namespace of a vhost for connection.open: an existing record (an explicit
@@ -109,6 +124,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     paths = Paths(config.metadata_root)
     topology = TopologyService(zookeeper, paths, admin)
     proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+    backend = PulsarBackend(config.pulsar_service_url)
     return ProxyServices(
         config,
         settings,
@@ -119,6 +135,8 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         TopologyMethods(topology),
         proxy_id,
         TopologyCache(zookeeper, paths),
+        backend,
+        ProducerPool(backend),
     )
 
 
@@ -156,13 +174,17 @@ async def serve(
     """Run the proxy until cancelled. `task_status.started` gets the bound listener URLs
     (useful with port 0). Raises ConfigError or OSError when a listener cannot be opened."""
     services = build_services(config)
+    services._token = trio.lowlevel.current_trio_token()
     await _connect_metadata(services.zookeeper)
+    services.cache.on_change(services.topology_changed)
     services.cache.start()
     try:
         await _serve(config, services, task_status)
     finally:
         with trio.CancelScope(shield=True):
             services.cache.close()
+            await trio.to_thread.run_sync(services.producers.close)
+            await trio.to_thread.run_sync(services.backend.close)
             await trio.to_thread.run_sync(services.zookeeper.stop)
 
 

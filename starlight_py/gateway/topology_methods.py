@@ -44,6 +44,17 @@ def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value or "")
 
 
+def resolve_queue_name(
+    ctx: VhostContext, session: ChannelSession, name: str, method: tuple[int, int]
+) -> str:
+    """AMQP: an empty queue name means the last queue declared on this channel."""
+    if name:
+        return name
+    if session.last_queue is None:
+        raise NotFound(f"no previously declared queue in vhost '{ctx.vhost}'", method)
+    return session.last_queue
+
+
 class TopologyMethods:
     def __init__(self, service: TopologyService) -> None:
         self.service = service
@@ -109,12 +120,7 @@ class TopologyMethods:
     def _queue_name(
         self, ctx: VhostContext, session: ChannelSession, name: str, method: tuple[int, int]
     ) -> str:
-        # AMQP: an empty queue name means the last queue declared on this channel.
-        if name:
-            return name
-        if session.last_queue is None:
-            raise NotFound(f"no previously declared queue in vhost '{ctx.vhost}'", method)
-        return session.last_queue
+        return resolve_queue_name(ctx, session, name, method)
 
     async def _queue_declare(
         self,

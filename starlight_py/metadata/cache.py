@@ -17,9 +17,16 @@ from typing import Any
 
 from kazoo.recipe.cache import TreeCache, TreeEvent
 
-from starlight_py.metadata.records import BindingSet, Paths, RecordError, decode
+from starlight_py.metadata.records import (
+    BindingSet,
+    Paths,
+    RecordError,
+    RetiredSubscription,
+    decode,
+)
 from starlight_py.metadata.zookeeper import ZooKeeperClient
 from starlight_py.model.naming import unescape
+from starlight_py.model.routing import binding_matches
 from starlight_py.model.topology import Exchange, Queue
 
 log = logging.getLogger("starlight.cache")
@@ -40,6 +47,8 @@ class TopologyCache:
         # (vhost, exchange) -> {(queue, topic): BindingSet}
         self._sets_by_exchange: dict[tuple[str, str], dict[tuple[str, str], BindingSet]] = {}
         self._set_keys: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
+        self._sets_by_queue_topic: dict[tuple[str, str, str], BindingSet] = {}
+        self._retired: dict[tuple[str, str], RetiredSubscription] = {}
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
@@ -69,6 +78,38 @@ class TopologyCache:
     def binding_sets_of_exchange(self, vhost: str, exchange: str) -> list[BindingSet]:
         with self._lock:
             return list(self._sets_by_exchange.get((vhost, exchange), {}).values())
+
+    def retired(self, vhost: str, subscription: str) -> RetiredSubscription | None:
+        with self._lock:
+            return self._retired.get((vhost, subscription))
+
+    def binding_sets_of_queue(self, vhost: str, queue: str) -> list[BindingSet]:
+        with self._lock:
+            return [
+                s for (v, q, _), s in self._sets_by_queue_topic.items() if v == vhost and q == queue
+            ]
+
+    def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
+        with self._lock:
+            return self._sets_by_queue_topic.get((vhost, queue, topic))
+
+    def has_route(
+        self,
+        vhost: str,
+        exchange: Exchange,
+        routing_key: str,
+        headers: dict[str, Any] | None,
+    ) -> bool:
+        """Does any queue's active binding route this message now (per this cache)?"""
+        if exchange.name == "":
+            return self.queue(vhost, routing_key) is not None
+        for binding_set in self.binding_sets_of_exchange(vhost, exchange.name):
+            for entry in binding_set.active_entries:
+                if binding_matches(
+                    exchange.type, entry.routing_key, entry.arguments, routing_key, headers
+                ):
+                    return True
+        return False
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Poll `predicate` until true or `timeout`; for tests and startup."""
@@ -124,6 +165,11 @@ class TopologyCache:
                     self._queues[(vhost, name)] = record
                 elif raw is None:
                     self._queues.pop((vhost, name), None)
+            elif kind == "retired" and len(parts) == 3:
+                if isinstance(record, RetiredSubscription):
+                    self._retired[(vhost, record.subscription)] = record
+                elif raw is None:
+                    self._retired.pop((vhost, name), None)
             elif kind == "queues" and len(parts) == 5 and parts[3] == "bindings":
                 path_key = "/".join(parts)
                 if isinstance(record, BindingSet):
@@ -131,8 +177,10 @@ class TopologyCache:
                     set_key = (record.queue, record.topic)
                     self._sets_by_exchange.setdefault(exchange_key, {})[set_key] = record
                     self._set_keys[path_key] = (exchange_key, set_key)
+                    self._sets_by_queue_topic[(vhost, *set_key)] = record
                 elif raw is None and path_key in self._set_keys:
                     exchange_key, set_key = self._set_keys.pop(path_key)
+                    self._sets_by_queue_topic.pop((vhost, *set_key), None)
                     sets = self._sets_by_exchange.get(exchange_key, {})
                     sets.pop(set_key, None)
                     if not sets:

@@ -133,6 +133,7 @@ class BindingSet:
     subscription: str
     entries: tuple[BindingEntry, ...] = ()
     created: float = 0.0
+    exchange_type: str = "direct"
 
     @property
     def active_entries(self) -> tuple[BindingEntry, ...]:
@@ -153,6 +154,9 @@ class RetiredSubscription:
     end: MessageIdRecord | None
     drain: bool
     retired_at: float
+    # The bindings as they were at retirement (all unbound): while it drains, the queue
+    # still gets the messages they routed before `end`.
+    binding_set: BindingSet | None = None
 
 
 # ---- JSON codec ---------------------------------------------------------------------------
@@ -218,6 +222,7 @@ def encode(record: object) -> bytes:
             "topic": record.topic,
             "subscription": record.subscription,
             "created": record.created,
+            "exchange_type": record.exchange_type,
             "entries": [
                 {
                     "routing_key": e.routing_key,
@@ -238,6 +243,9 @@ def encode(record: object) -> bytes:
             "end": _position_to_json(record.end),
             "drain": record.drain,
             "retired_at": record.retired_at,
+            "binding_set": None
+            if record.binding_set is None
+            else json.loads(encode(record.binding_set)),
         }
     else:
         raise TypeError(f"not a metadata record: {type(record).__name__}")
@@ -290,6 +298,7 @@ def decode(data: bytes) -> VhostRecord | Exchange | Queue | BindingSet | Retired
                     for e in body["entries"]
                 ),
                 body.get("created", 0.0),
+                body.get("exchange_type", "direct"),
             )
         if kind == "retired_subscription":
             return RetiredSubscription(
@@ -299,12 +308,23 @@ def decode(data: bytes) -> VhostRecord | Exchange | Queue | BindingSet | Retired
                 _position_from_json(body["end"]),
                 body["drain"],
                 body["retired_at"],
+                None
+                if body.get("binding_set") is None
+                else _binding_set(json.dumps(body["binding_set"]).encode()),
             )
     except RecordError:
         raise
-    except (ValueError, KeyError, TypeError) as e:
+    # AttributeError: JSON that is not an object where one is expected (`[]`, `null`).
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise RecordError(f"corrupt metadata record: {e}") from e
     raise RecordError(f"unknown metadata record kind {kind!r}")
+
+
+def _binding_set(data: bytes) -> BindingSet:
+    record = decode(data)
+    if not isinstance(record, BindingSet):
+        raise RecordError("retired subscription holds no binding set")
+    return record
 
 
 def now() -> float:

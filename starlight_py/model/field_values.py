@@ -47,14 +47,18 @@ def from_json(value: JSONValue) -> FieldValue:
         return value
     if len(value) == 1:
         ((key, inner),) = value.items()
-        if key == "$bytes":
-            return base64.b64decode(inner)
-        if key == "$decimal":
-            return decimal.Decimal(inner)
-        if key == "$timestamp":
-            return datetime.datetime.fromtimestamp(int(inner), tz=datetime.UTC)
-        if key == "$table":
-            return {k: from_json(v) for k, v in inner.items()}
+        try:
+            if key == "$bytes":
+                return base64.b64decode(inner)
+            if key == "$decimal":
+                return decimal.Decimal(inner)
+            if key == "$timestamp":
+                return datetime.datetime.fromtimestamp(int(inner), tz=datetime.UTC)
+            if key == "$table":
+                return {k: from_json(v) for k, v in inner.items()}
+        # decimal.InvalidOperation and OverflowError are ArithmeticErrors, not ValueErrors.
+        except (ArithmeticError, AttributeError, TypeError) as e:
+            raise ValueError(f"malformed {key} value {inner!r}: {e}") from e
     return {k: from_json(v) for k, v in value.items()}
 
 

@@ -8,6 +8,7 @@ texts so that clients and operators see what they would see on RabbitMQ.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,9 +130,12 @@ def _check_args_equivalent(
 ) -> None:
     # RabbitMQ compares only the arguments it knows; an unknown x-foo may differ freely.
     for key in keys:
+        # The default counts when comparing; the reply text shows what was really sent.
         default = ARGUMENT_DEFAULTS.get(key)
-        new, old = received.get(key, default), current.get(key, default)
-        if _normalise(new) == _normalise(old):
+        new, old = received.get(key), current.get(key)
+        if _normalise(default if new is None else new) == _normalise(
+            default if old is None else old
+        ):
             continue
         if new is not None and old is not None:
             detail = f"received '{_show(new)}' but current is '{_show(old)}'"
@@ -153,7 +157,8 @@ ARGUMENT_DEFAULTS: dict[str, Any] = {"x-queue-type": "classic"}
 
 
 def _normalise(value: Any) -> Any:
-    if isinstance(value, bytes):
+    # A longstr and a binary (bytearray) with the same bytes are equivalent to RabbitMQ.
+    if isinstance(value, bytes | bytearray):
         return value.decode("utf-8", "replace")
     return value
 
@@ -172,8 +177,12 @@ def wire_type(value: Any) -> str:
         return "bool"
     if isinstance(value, int):
         return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, bytearray):
+        return "binary"  # pamqp decodes the byte-array type 'x' to a bytearray
     if isinstance(value, str | bytes):
         return "longstr"
+    if isinstance(value, datetime.datetime):
+        return "timestamp"
     if isinstance(value, float):
         return "double"
     if isinstance(value, dict):
@@ -230,8 +239,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class _WrongType(Exception):
-    """RabbitMQ words a type mismatch of string and boolean arguments differently."""
+# RabbitMQ's limit for x-message-ttl and x-expires: ten years, in milliseconds.
+MAX_EXPIRY = 315_360_000_000
+
+
+def _unacceptable_type(value: Any) -> str:
+    return f"{{unacceptable_type,{wire_type(value)}}}"
 
 
 def _integer(value: Any) -> str | None:
@@ -242,23 +255,25 @@ def _integer(value: Any) -> str | None:
     return None
 
 
-def _positive_integer(value: Any) -> str | None:
+def _expiry(value: Any) -> str | None:
     problem = _integer(value)
-    if problem is None and value == 0:
-        return "{value_zero,0}"
+    if problem is None and value > MAX_EXPIRY:
+        return f"{{value_too_large,{value}}}"
     return problem
 
 
+def _positive_expiry(value: Any) -> str | None:
+    if _is_int(value) and value == 0:
+        return "{value_zero,0}"
+    return _expiry(value)
+
+
 def _string(value: Any) -> str | None:
-    if not isinstance(value, str | bytes):
-        raise _WrongType
-    return None
+    return None if isinstance(value, str | bytes) else _unacceptable_type(value)
 
 
 def _boolean(value: Any) -> str | None:
-    if not isinstance(value, bool):
-        raise _WrongType
-    return None
+    return None if isinstance(value, bool) else _unacceptable_type(value)
 
 
 def _max_priority(value: Any) -> str | None:
@@ -269,26 +284,28 @@ def _max_priority(value: Any) -> str | None:
 
 
 def _one_of(reason: str, *allowed: str) -> Callable[[Any], str | None]:
+    """`reason` is the text for a value not allowed; `{}` in it stands for the value."""
+
     def check(value: Any) -> str | None:
         if not isinstance(value, str | bytes):
-            raise _WrongType
+            return _unacceptable_type(value)
         text = value.decode() if isinstance(value, bytes) else value
-        return None if text in allowed else reason
+        return None if text in allowed else reason.format(text)
 
     return check
 
 
 QUEUE_ARGUMENTS: dict[str, Callable[[Any], str | None]] = {
-    "x-expires": _positive_integer,
-    "x-message-ttl": _integer,
+    "x-expires": _positive_expiry,
+    "x-message-ttl": _expiry,
     "x-dead-letter-exchange": _string,
     "x-dead-letter-routing-key": _string,
     "x-max-length": _integer,
     "x-max-length-bytes": _integer,
     "x-max-priority": _max_priority,
     "x-overflow": _one_of("invalid_overflow", "drop-head", "reject-publish", "reject-publish-dlx"),
-    "x-queue-mode": _one_of("invalid_queue_mode", "default", "lazy"),
-    "x-queue-type": _one_of("unsupported_queue_type", "classic", "quorum"),
+    "x-queue-mode": _one_of("\"unsupported queue mode '{}'\"", "default", "lazy"),
+    "x-queue-type": _one_of("\"unsupported queue type '{}'\"", "classic", "quorum"),
     "x-single-active-consumer": _boolean,
     "x-delivery-limit": _integer,
 }
@@ -296,28 +313,29 @@ QUEUE_ARGUMENTS: dict[str, Callable[[Any], str | None]] = {
 
 def validate_queue_arguments(name: str, vhost: str, arguments: Mapping[str, Any]) -> None:
     """Raises PreconditionFailed with RabbitMQ 3.10's text for an argument it would refuse."""
+    # RabbitMQ's channel checks the dead-letter exchange's type first, in its own words; the
+    # queue then checks the arguments in QUEUE_ARGUMENTS' order.
+    dead_letter_exchange = arguments.get("x-dead-letter-exchange", "")
+    if not isinstance(dead_letter_exchange, str | bytes):
+        raise PreconditionFailed(
+            f"invalid type '{wire_type(dead_letter_exchange)}' for arg 'x-dead-letter-exchange' "
+            f"in queue '{name}' in vhost '{vhost}'",
+            (50, 10),
+        )
     for key, check in QUEUE_ARGUMENTS.items():
         if key not in arguments:
             continue
-        value = arguments[key]
-        try:
-            problem = check(value)
-        except _WrongType:
-            raise PreconditionFailed(
-                f"invalid type '{wire_type(value)}' for arg '{key}' in queue '{name}' in "
-                f"vhost '{vhost}'",
-                (50, 10),
-            ) from None
+        problem = check(arguments[key])
+        if (
+            problem is None
+            and key == "x-dead-letter-routing-key"
+            and "x-dead-letter-exchange" not in arguments
+        ):
+            problem = "routing_key_but_no_dlx_defined"
         if problem is not None:
             raise PreconditionFailed(
                 f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {problem}", (50, 10)
             )
-    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
-        raise PreconditionFailed(
-            f"invalid arg 'x-dead-letter-routing-key' for queue '{name}' in vhost '{vhost}': "
-            "routing_key_but_no_dlx_defined",
-            (50, 10),
-        )
 
 
 HEADERS_MATCH_VALUES = ("all", "any", "all-with-x", "any-with-x")

@@ -48,6 +48,7 @@ from starlight_py.metadata.zookeeper import (
 )
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.routing import binding_matches
 from starlight_py.model.topology import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -115,13 +116,27 @@ class TopologyService:
         return self._read(self.paths.queue(vhost, name))
 
     def binding_sets(self, vhost: str, queue: str) -> list[tuple[BindingSet, int]]:
+        """The queue's binding sets, and the retired ones still draining into it."""
         base = self.paths.queue_bindings(vhost, queue)
         sets = []
         for child in self.zk.children(base):
             found = self._read(f"{base}/{child}")
             if found is not None:
                 sets.append(found)
+        for record, _ in self.draining(vhost, queue):
+            if record.binding_set is not None:
+                sets.append((record.binding_set, -1))
         return sets
+
+    def draining(self, vhost: str, queue: str) -> list[tuple[RetiredSubscription, int]]:
+        """Retired subscriptions of `queue` that still hold messages routed to it."""
+        base = self.paths.retired(vhost)
+        found_records = []
+        for child in self.zk.children(base):
+            found = self._read(f"{base}/{child}")
+            if found is not None and found[0].queue == queue and found[0].drain:
+                found_records.append(found)
+        return found_records
 
     def _require_exchange(self, vhost: str, name: str, method: tuple[int, int]) -> Exchange:
         found = self.get_exchange(vhost, name)
@@ -136,6 +151,28 @@ class TopologyService:
             raise NotFound(f"no queue '{name}' in vhost '{vhost}'", method)
         queue: Queue = found[0]
         return queue
+
+    def has_route(
+        self, vhost: str, exchange: Exchange, routing_key: str, headers: dict[str, Any] | None
+    ) -> bool:
+        """Like TopologyCache.has_route, but read from ZooKeeper: the authority when the
+        cache, which may lag by milliseconds, says there is no route."""
+        if exchange.name == DEFAULT_EXCHANGE:
+            return self.get_queue(vhost, routing_key) is not None
+        for child in self.zk.children(self.paths.exchange_bound(vhost, exchange.name)):
+            queue_segment, _, topic_segment = child.partition("~~")
+            found = self._read(
+                f"{self.paths.queues(vhost)}/{queue_segment}/bindings/{topic_segment}"
+            )
+            if found is None:
+                continue
+            binding_set: BindingSet = found[0]
+            for entry in binding_set.active_entries:
+                if binding_matches(
+                    exchange.type, entry.routing_key, entry.arguments, routing_key, headers
+                ):
+                    return True
+        return False
 
     # ---- vhosts -------------------------------------------------------------------------------
 
@@ -329,10 +366,12 @@ class TopologyService:
             if if_unused and counts.consumer_count:
                 raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use", (50, 40))
             if if_empty and counts.message_count:
-                raise PreconditionFailed(
-                    f"queue '{name}' in vhost '{vhost}' is not empty", (50, 40)
-                )
-            sets = self.binding_sets(vhost, name)
+                raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' not empty", (50, 40))
+            sets = [
+                (b, v)
+                for b, v in self.binding_sets(vhost, name)
+                if v >= 0  # retired ones are handled below
+            ]
             ops: list[Op] = []
             retired = []
             for binding_set, set_version in sets:
@@ -352,6 +391,16 @@ class TopologyService:
                     Create(
                         self.paths.retired_subscription(vhost, binding_set.subscription),
                         encode(retired[-1]),
+                    )
+                )
+            for draining, draining_version in self.draining(vhost, name):
+                undrained = replace(draining, drain=False)
+                retired.append(undrained)
+                ops.append(
+                    SetData(
+                        self.paths.retired_subscription(vhost, draining.subscription),
+                        encode(undrained),
+                        draining_version,
                     )
                 )
             ops += [
@@ -448,6 +497,7 @@ class TopologyService:
             subscription=naming.subscription_name(queue.name, naming.new_binding_set_id()),
             entries=(BindingEntry(routing_key, arguments),),
             created=now(),
+            exchange_type=exchange.type,
         )
         self.admin.create_subscription(topic, binding_set.subscription)
         try:
@@ -521,6 +571,7 @@ class TopologyService:
                 )
                 return
             record = self._retire(binding_set, end, drain=True)
+            retired_now.append(record)
             ops: list[Op] = [
                 Delete(set_path, set_version),
                 Delete(
@@ -534,7 +585,11 @@ class TopologyService:
             ops += self._auto_delete_ops(vhost, [binding_set], removing_queue=queue_name)
             self._commit_or_retry(ops)
 
+        retired_now: list[RetiredSubscription] = []
         _retrying(attempt)
+        for record in retired_now[-1:]:
+            if not record.drain:
+                self._drop_subscription_now(vhost, namespace, record)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -574,13 +629,20 @@ class TopologyService:
 
     @staticmethod
     def _retire(binding_set: BindingSet, end: Any, drain: bool) -> RetiredSubscription:
+        final = binding_set.with_entries(
+            tuple(
+                e if e.unbound else replace(e, end=end, unbound=True) for e in binding_set.entries
+            )
+        )
         return RetiredSubscription(
             topic=binding_set.topic,
             subscription=binding_set.subscription,
             queue=binding_set.queue,
             end=end,
-            drain=drain,
+            # Nothing was published while bound: nothing to drain, delete at once.
+            drain=drain and any(e.end is not None for e in final.entries),
             retired_at=now(),
+            binding_set=final,
         )
 
     def _topic(self, vhost: str, local: str) -> naming.TopicName:

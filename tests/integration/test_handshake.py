@@ -93,10 +93,10 @@ def test_unimplemented_method_answers_540_with_its_name(proxy_only: None, broker
     client = broker.raw()
     client.handshake()
     client.open_channel(1)
-    client.send_method(1, commands.Basic.Recover(requeue=True))
+    client.send_method(1, commands.Tx.Select())
     close = client.expect_connection_close()
     assert close.reply_code == 540
-    assert "Basic.Recover" in close.reply_text
+    assert "Tx.Select" in close.reply_text
     client.close()
 
 

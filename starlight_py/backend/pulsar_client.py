@@ -1,0 +1,212 @@
+"""The Pulsar binary-protocol adapter (pulsar-client): producers and consumers behind small
+handles, pulsar exceptions translated here and nowhere else.
+
+Blocking calls (creating producers and consumers, closing them, `receive`) are made from
+worker threads by the gateway. Callbacks (`send_async` results, message listeners) run on
+pulsar-client's threads and must only hand their data to the trio bridge.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+
+from starlight_py.backend.pulsar_admin import BackendUnavailable
+from starlight_py.model.naming import TopicName
+from starlight_py.model.positions import MessageIdRecord
+
+log = logging.getLogger("starlight.pulsar")
+_pulsar_log = logging.getLogger("starlight.pulsar.client")
+_pulsar_log.setLevel(logging.WARNING)
+
+
+class BackendError(Exception):
+    """Pulsar refused an operation (producer or consumer creation, a send)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """What the gateway needs of a Pulsar message (taken on the listener thread)."""
+
+    raw: Any  # the pulsar.Message, kept for acknowledge / negative_acknowledge
+    body: bytes
+    properties: dict[str, str]
+    position: MessageIdRecord
+    redelivery_count: int
+    topic_local: str
+
+
+def _position(message_id: Any) -> MessageIdRecord:
+    return MessageIdRecord(
+        message_id.ledger_id(),
+        message_id.entry_id(),
+        message_id.batch_index(),
+        message_id.partition(),
+    )
+
+
+def received(message: Any) -> ReceivedMessage:
+    topic = str(message.topic_name())
+    return ReceivedMessage(
+        message,
+        message.data(),
+        message.properties(),
+        _position(message.message_id()),
+        message.redelivery_count(),
+        topic.rsplit("/", 1)[-1],
+    )
+
+
+SendCallback = Callable[[bool, str], None]
+Listener = Callable[["ConsumerHandle", ReceivedMessage], None]
+
+
+class ProducerHandle:
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+
+    def send_async(self, body: bytes, properties: dict[str, str], done: SendCallback) -> bool:
+        """Queue a send; `done(ok, error)` runs on a pulsar thread. False when the producer's
+        queue is full (the caller retries after yielding)."""
+
+        def callback(result: Any, _message_id: Any) -> None:
+            ok = result == pulsar.Result.Ok
+            done(ok, "" if ok else str(result))
+
+        try:
+            self._producer.send_async(body, callback, properties=properties)
+        except pulsar.ProducerQueueIsFull:
+            return False
+        except pulsar.PulsarException as e:
+            done(False, str(e))
+        return True
+
+    def close(self) -> None:
+        try:
+            self._producer.close()
+        except pulsar.PulsarException as e:
+            log.debug("closing producer: %s", e)
+
+
+class ConsumerHandle:
+    """One Pulsar consumer on one binding subscription."""
+
+    def __init__(self, topic: TopicName, subscription: str) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self._consumer: Any = None
+        self.paused = False
+
+    def acknowledge(self, message: ReceivedMessage) -> None:
+        try:
+            self._consumer.acknowledge(message.raw)
+        except pulsar.PulsarException as e:
+            # The consumer closed meanwhile: the broker redelivers; at-least-once holds.
+            log.debug("acknowledge failed: %s", e)
+
+    def negative_acknowledge(self, message: ReceivedMessage) -> None:
+        try:
+            self._consumer.negative_acknowledge(message.raw)
+        except pulsar.PulsarException as e:
+            log.debug("negative acknowledge failed: %s", e)
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.paused = True
+            self._consumer.pause_message_listener()
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self._consumer.resume_message_listener()
+
+    def receive(self, timeout: float) -> ReceivedMessage | None:
+        """Blocking; None when nothing arrived within `timeout` seconds."""
+        try:
+            return received(self._consumer.receive(timeout_millis=max(1, int(timeout * 1000))))
+        except pulsar.Timeout:
+            return None
+        except pulsar.PulsarException as e:
+            raise BackendError(f"receive from {self.topic}: {e}") from e
+
+    def close(self) -> None:
+        """Blocking. Unacknowledged messages go back to the subscription at once."""
+        try:
+            self._consumer.close()
+        except pulsar.PulsarException as e:
+            log.debug("closing consumer: %s", e)
+
+
+class PulsarBackend:
+    """One pulsar-client Client per proxy process."""
+
+    def __init__(self, service_url: str) -> None:
+        self.service_url = service_url
+        self._client = pulsar.Client(
+            service_url,
+            operation_timeout_seconds=10,
+            io_threads=1,
+            message_listener_threads=1,
+            logger=_pulsar_log,
+        )
+
+    def create_producer(self, topic: TopicName) -> ProducerHandle:
+        """Blocking. Raises BackendUnavailable or BackendError."""
+        try:
+            producer = self._client.create_producer(
+                str(topic),
+                block_if_queue_full=False,
+                max_pending_messages=5000,
+                batching_enabled=True,
+                batching_max_publish_delay_ms=1,
+                send_timeout_millis=30000,
+            )
+        except (pulsar.Timeout, pulsar.ConnectError) as e:
+            raise BackendUnavailable(f"cannot create a producer on {topic}: {e}") from e
+        except pulsar.PulsarException as e:
+            raise BackendError(f"cannot create a producer on {topic}: {e}") from e
+        return ProducerHandle(producer)
+
+    def subscribe(
+        self,
+        topic: TopicName,
+        subscription: str,
+        consumer_name: str,
+        receiver_queue_size: int,
+        listener: Listener | None,
+    ) -> ConsumerHandle:
+        """Blocking: a Shared consumer on an existing binding subscription. With a
+        `listener`, messages are pushed to it (on a pulsar thread); without, use receive().
+        Raises BackendUnavailable or BackendError."""
+        handle = ConsumerHandle(topic, subscription)
+        kwargs: dict[str, Any] = {}
+        if listener is not None:
+            kwargs["message_listener"] = lambda _consumer, message: listener(
+                handle, received(message)
+            )
+        try:
+            handle._consumer = self._client.subscribe(
+                str(topic),
+                subscription,
+                consumer_type=pulsar.ConsumerType.Shared,
+                receiver_queue_size=max(1, receiver_queue_size),
+                consumer_name=consumer_name,
+                negative_ack_redelivery_delay_ms=100,
+                initial_position=pulsar.InitialPosition.Latest,
+                **kwargs,
+            )
+        except (pulsar.Timeout, pulsar.ConnectError) as e:
+            raise BackendUnavailable(f"cannot consume from {topic}: {e}") from e
+        except pulsar.PulsarException as e:
+            raise BackendError(f"cannot consume from {topic}: {e}") from e
+        return handle
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        except pulsar.PulsarException as e:
+            log.debug("closing the Pulsar client: %s", e)

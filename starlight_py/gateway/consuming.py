@@ -1,0 +1,529 @@
+"""basic.consume / cancel / get / ack / nack / reject / recover for one connection.
+
+An AMQP consumer reads every binding subscription of its queue through one Pulsar Shared
+consumer each. Messages arrive on pulsar-client's listener thread and reach trio through a
+Batcher; on the trio thread each is checked against the queue's bindings on that topic (the
+pattern or headers, and the binding's position window): not routed to this queue ->
+acknowledged and dropped; routed -> delivered with the channel's next delivery tag.
+
+Prefetch (basic.qos) is credit: a consumer (and, with global, its channel) stops taking
+messages at the limit and its Pulsar consumers are paused; acks resume them. Pulsar's
+receiver queue is sized from the prefetch, so consumers on other proxies share a queue.
+
+Requeueing: closing a Pulsar consumer makes the broker redeliver what it holds at once, so
+channel and connection close requeue everything unacked. basic.cancel does NOT: delivered
+unacked messages stay with the channel (as in RabbitMQ); the Pulsar consumers of a cancelled
+consumer are kept open until those are acked, or until the channel closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+from pamqp import commands
+
+from starlight_py.amqp.connection import AMQPConnection
+from starlight_py.amqp.errors import AccessRefused, NotAllowed, NotFound, PreconditionFailed
+from starlight_py.backend.message_codec import DecodedMessage, decode
+from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
+from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.topology_methods import VhostContext
+from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.records import BindingSet
+from starlight_py.model import naming
+from starlight_py.model.routing import any_binding_routes
+from starlight_py.model.topology import queue_locked
+from starlight_py.topology.service import TopologyService
+
+log = logging.getLogger("starlight.consume")
+
+UNLIMITED_RECEIVER_QUEUE = 1000
+# A new consumer gets its first message a few ms after subscribing; stats said it is there.
+GET_WAIT = 0.5
+MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
+
+
+@dataclass
+class Unacked:
+    handle: ConsumerHandle
+    message: ReceivedMessage
+    consumer_tag: str | None  # None for basic.get
+
+
+@dataclass
+class AmqpConsumer:
+    channel: int
+    tag: str
+    queue: str
+    no_ack: bool
+    prefetch: int
+    exclusive: bool
+    batcher: Batcher[tuple[ConsumerHandle, ReceivedMessage]]
+    handles: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
+    known_sets: dict[str, BindingSet] = field(default_factory=dict)  # by topic
+    pending: deque[tuple[ConsumerHandle, ReceivedMessage]] = field(default_factory=deque)
+    unacked: int = 0
+    started: bool = False
+    cancelled: bool = False
+
+
+@dataclass
+class ChannelState:
+    number: int
+    next_tag: int = 1
+    unacked: dict[int, Unacked] = field(default_factory=dict)
+    consumers: dict[str, AmqpConsumer] = field(default_factory=dict)
+    prefetch_global: int = 0
+    prefetch_consumer: int = 0
+
+
+def _name(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+class Consumers:
+    """Everything consume-side of one connection."""
+
+    def __init__(
+        self,
+        conn: AMQPConnection,
+        ctx: VhostContext,
+        cache: TopologyCache,
+        topology: TopologyService,
+        backend: PulsarBackend,
+        consumer_prefix: str,
+        kick: Callable[[], None],
+        spawn: Callable[..., None],
+    ) -> None:
+        self.conn = conn
+        self.ctx = ctx
+        self.cache = cache
+        self.topology = topology
+        self.backend = backend
+        self.prefix = consumer_prefix
+        self.kick = kick
+        self.spawn = spawn  # start a task in the connection's nursery
+        self.channels: dict[int, ChannelState] = {}
+        self._get_settled: list[ConsumerHandle] = []
+        self._cancelled_settled: list[ConsumerHandle] = []
+        self._token = trio.lowlevel.current_trio_token()
+
+    def channel(self, number: int) -> ChannelState:
+        state = self.channels.get(number)
+        if state is None:
+            state = self.channels[number] = ChannelState(number)
+        return state
+
+    # ---- qos ----------------------------------------------------------------------------------
+
+    def qos(self, number: int, prefetch_count: int, global_: bool) -> None:
+        state = self.channel(number)
+        if global_:
+            state.prefetch_global = prefetch_count
+        else:
+            state.prefetch_consumer = prefetch_count
+        for consumer in state.consumers.values():
+            self._drain(state, consumer)
+
+    # ---- consume ------------------------------------------------------------------------------
+
+    async def consume(self, number: int, queue: str, method: commands.Basic.Consume) -> None:
+        """Raises NotFound, ResourceLocked, NotAllowed (tag reused), AccessRefused
+        (exclusive use)."""
+        state = self.channel(number)
+        tag = _name(method.consumer_tag) or "amq.ctag-" + secrets.token_urlsafe(16)[:22]
+        if tag in state.consumers:
+            raise NotAllowed(f"attempt to reuse consumer tag '{tag}'", (60, 20))
+        found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)
+        if found is None:
+            raise NotFound(f"no queue '{queue}' in vhost '{self.ctx.vhost}'", (60, 20))
+        queue_record = found[0]
+        if queue_record.exclusive and queue_record.owner != self.ctx.owner:
+            raise queue_locked(queue, self.ctx.vhost, (60, 20))
+        sets = [
+            s
+            for s, _ in await trio.to_thread.run_sync(
+                self.topology.binding_sets, self.ctx.vhost, queue
+            )
+        ]
+        await self._check_exclusive_use(queue, sets, bool(method.exclusive))
+        consumer = AmqpConsumer(
+            number,
+            tag,
+            queue,
+            bool(method.no_ack),
+            state.prefetch_consumer,
+            bool(method.exclusive),
+            Batcher(self._token, lambda items: None),
+        )
+        consumer.batcher = Batcher(self._token, lambda items: self._on_messages(consumer, items))
+        state.consumers[tag] = consumer
+        try:
+            for binding_set in sets:
+                await self._subscribe(consumer, binding_set)
+        except BaseException:
+            state.consumers.pop(tag, None)
+            await self._close_handles(list(consumer.handles.values()))
+            raise
+        if not method.nowait:
+            self.conn.send_method(number, commands.Basic.ConsumeOk(tag))
+        consumer.started = True
+        self._drain(state, consumer)
+        self.kick()
+
+    async def _check_exclusive_use(
+        self, queue: str, sets: list[BindingSet], exclusive: bool
+    ) -> None:
+        names: set[str] = set()
+        for binding_set in sets:
+            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
+            stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
+            found = stats.get(binding_set.subscription)
+            if found is not None:
+                names.update(n for n in found.consumer_names if "/get/" not in n)
+        if (exclusive and names) or any(n.endswith("!x") for n in names):
+            raise AccessRefused(
+                f"queue '{queue}' in vhost '{self.ctx.vhost}' in exclusive use", (60, 20)
+            )
+
+    async def _subscribe(self, consumer: AmqpConsumer, binding_set: BindingSet) -> None:
+        if binding_set.subscription in consumer.handles:
+            return
+        topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
+        name = f"{self.prefix}/{consumer.channel}/{consumer.tag}" + (
+            "!x" if consumer.exclusive else ""
+        )
+        size = consumer.prefetch or UNLIMITED_RECEIVER_QUEUE
+        handle = await trio.to_thread.run_sync(
+            self.backend.subscribe,
+            topic,
+            binding_set.subscription,
+            name,
+            min(size, UNLIMITED_RECEIVER_QUEUE),
+            lambda h, m: consumer.batcher.put((h, m)),
+        )
+        consumer.handles[binding_set.subscription] = handle
+        consumer.known_sets[binding_set.topic] = binding_set
+
+    async def follow_bindings(self) -> None:
+        """Subscribe consumers to bindings added after they started; cancel (with
+        basic.cancel, as RabbitMQ does with consumer_cancel_notify) consumers whose queue
+        was deleted."""
+        capabilities = self.conn.client_properties.get("capabilities")
+        notify = isinstance(capabilities, dict) and bool(capabilities.get("consumer_cancel_notify"))
+        for state in list(self.channels.values()):
+            for consumer in list(state.consumers.values()):
+                if consumer.cancelled:
+                    continue
+                if self.cache.queue(self.ctx.vhost, consumer.queue) is None:
+                    still = await trio.to_thread.run_sync(
+                        self.topology.get_queue, self.ctx.vhost, consumer.queue
+                    )
+                    if still is None:
+                        await self._server_cancel(state, consumer, notify)
+                    continue
+                for binding_set in self.cache.binding_sets_of_queue(self.ctx.vhost, consumer.queue):
+                    if binding_set.subscription not in consumer.handles:
+                        await self._subscribe(consumer, binding_set)
+        self.kick()
+
+    async def _server_cancel(
+        self, state: ChannelState, consumer: AmqpConsumer, notify: bool
+    ) -> None:
+        state.consumers.pop(consumer.tag, None)
+        consumer.cancelled = True
+        consumer.batcher.close()
+        if notify:
+            self.conn.send_method(state.number, commands.Basic.Cancel(consumer.tag, nowait=True))
+        await self._close_handles(list(consumer.handles.values()))
+
+    # ---- delivery (trio thread, synchronous) ------------------------------------------------
+
+    def _on_messages(
+        self, consumer: AmqpConsumer, items: list[tuple[ConsumerHandle, ReceivedMessage]]
+    ) -> None:
+        consumer.pending.extend(items)
+        state = self.channels.get(consumer.channel)
+        if state is not None:
+            self._drain(state, consumer)
+        self.kick()
+
+    def _has_credit(self, state: ChannelState, consumer: AmqpConsumer) -> bool:
+        if consumer.no_ack:
+            return self.conn.pending_output < MAX_OUTPUT_BACKLOG
+        if consumer.prefetch and consumer.unacked >= consumer.prefetch:
+            return False
+        return not (state.prefetch_global and len(state.unacked) >= state.prefetch_global)
+
+    def _drain(self, state: ChannelState, consumer: AmqpConsumer) -> None:
+        while consumer.pending and consumer.started and not consumer.cancelled:
+            if not self._has_credit(state, consumer):
+                break
+            handle, message = consumer.pending.popleft()
+            decoded = self._route(consumer.queue, consumer.known_sets, message)
+            if decoded is None:
+                handle.acknowledge(message)  # not for this queue (another binding's)
+                continue
+            tag = state.next_tag
+            state.next_tag += 1
+            if consumer.no_ack:
+                handle.acknowledge(message)
+            else:
+                state.unacked[tag] = Unacked(handle, message, consumer.tag)
+                consumer.unacked += 1
+            self.conn.send_content(
+                state.number,
+                commands.Basic.Deliver(
+                    consumer.tag,
+                    tag,
+                    message.redelivery_count > 0,
+                    decoded.exchange,
+                    decoded.routing_key,
+                ),
+                decoded.properties,
+                decoded.body,
+            )
+        # Flow control: stop Pulsar pushing to a consumer that cannot take more.
+        full = not self._has_credit(state, consumer) or len(consumer.pending) > 2 * max(
+            1, consumer.prefetch or UNLIMITED_RECEIVER_QUEUE
+        )
+        for handle in consumer.handles.values():
+            if full or consumer.cancelled:
+                handle.pause()
+            else:
+                handle.resume()
+
+    def _route(
+        self, queue: str, known_sets: dict[str, BindingSet], message: ReceivedMessage
+    ) -> DecodedMessage | None:
+        """The message as the queue gets it, or None when no binding of the queue on its
+        topic routes it (decided on the freshest binding state: the cache, else what the
+        consumer read from ZooKeeper, bounded by a retired subscription's end)."""
+        topic = message.topic_local
+        binding_set = self.cache.binding_set(self.ctx.vhost, queue, topic)
+        if binding_set is None:
+            known = known_sets.get(topic)
+            retired = self.cache.retired(self.ctx.vhost, known.subscription) if known else None
+            if retired is not None and retired.binding_set is not None:
+                binding_set = retired.binding_set  # unbound: routes only up to its end
+            else:
+                binding_set = known  # the cache has not caught up with a new binding yet
+        exchange_name, key = naming.parse_exchange_topic(topic)
+        decoded = decode(message.properties, message.body, exchange_name, key or "")
+        if binding_set is None:
+            return decoded
+        if any_binding_routes(
+            binding_set.exchange_type,
+            binding_set.entries,
+            decoded.routing_key,
+            decoded.properties.headers,
+            message.position,
+        ):
+            return decoded
+        return None
+
+    def output_flushed(self) -> None:
+        """The writer sent its backlog: no-ack consumers may go on."""
+        for state in self.channels.values():
+            for consumer in state.consumers.values():
+                if consumer.pending or any(h.paused for h in consumer.handles.values()):
+                    self._drain(state, consumer)
+
+    # ---- acks ---------------------------------------------------------------------------------
+
+    def _take(
+        self, state: ChannelState, tag: int, multiple: bool, method: tuple[int, int]
+    ) -> list[Unacked]:
+        if multiple:
+            tags = [t for t in state.unacked if tag == 0 or t <= tag]
+            if tag != 0 and tag not in state.unacked and not tags:
+                raise PreconditionFailed(f"unknown delivery tag {tag}", method)
+        else:
+            if tag not in state.unacked:
+                raise PreconditionFailed(f"unknown delivery tag {tag}", method)
+            tags = [tag]
+        taken = [state.unacked.pop(t) for t in tags]
+        for item in taken:
+            consumer = state.consumers.get(item.consumer_tag or "")
+            if consumer is not None:
+                consumer.unacked -= 1
+            elif item.consumer_tag is None:
+                self._get_settled.append(item.handle)
+            else:
+                self._cancelled_settled.append(item.handle)
+        return taken
+
+    def _close_settled_handles(self, state: ChannelState) -> None:
+        # basic.get consumers, and those of cancelled consumers, close once nothing they
+        # delivered is unacked (closing earlier would requeue those messages).
+        holding = {id(u.handle) for u in state.unacked.values()}
+        for handle in self._get_settled + self._cancelled_settled:
+            if id(handle) not in holding:
+                self._close_soon(handle)
+        self._get_settled.clear()
+        self._cancelled_settled.clear()
+
+    def _close_soon(self, handle: ConsumerHandle) -> None:
+        self.spawn(trio.to_thread.run_sync, handle.close)
+
+    def ack(self, number: int, tag: int, multiple: bool) -> None:
+        state = self.channel(number)
+        for item in self._take(state, tag, multiple, (60, 80)):
+            item.handle.acknowledge(item.message)
+        self._after_settle(state)
+
+    def reject(
+        self, number: int, tag: int, multiple: bool, requeue: bool, method: tuple[int, int]
+    ) -> None:
+        state = self.channel(number)
+        for item in self._take(state, tag, multiple, method):
+            if requeue:
+                item.handle.negative_acknowledge(item.message)
+            else:
+                item.handle.acknowledge(item.message)  # dropped (dead-lettering arrives later)
+        self._after_settle(state)
+
+    def recover(self, number: int) -> None:
+        """basic.recover: every unacked message of the channel is requeued."""
+        state = self.channel(number)
+        if state.unacked:
+            self.reject(number, 0, True, True, (60, 110))
+
+    def _after_settle(self, state: ChannelState) -> None:
+        self._close_settled_handles(state)
+        for consumer in state.consumers.values():
+            self._drain(state, consumer)
+        self.kick()
+
+    # ---- cancel -------------------------------------------------------------------------------
+
+    async def cancel(self, number: int, tag: str, nowait: bool) -> None:
+        state = self.channel(number)
+        consumer = state.consumers.pop(tag, None)
+        if consumer is not None:
+            consumer.cancelled = True
+            leftovers = list(consumer.pending) + consumer.batcher.close()
+            consumer.pending.clear()
+            for handle in consumer.handles.values():
+                handle.pause()
+            for handle, message in leftovers:
+                handle.negative_acknowledge(message)  # never delivered: back to the queue
+            holding = {u.handle for u in state.unacked.values() if u.consumer_tag == tag}
+            idle = [h for h in consumer.handles.values() if h not in holding]
+            await self._close_handles(idle)
+        if not nowait:
+            self.conn.send_method(number, commands.Basic.CancelOk(tag))
+
+    # ---- get ----------------------------------------------------------------------------------
+
+    async def get(self, number: int, queue: str, no_ack: bool) -> None:
+        """basic.get. Empty queues are recognised from Pulsar's subscription stats (fast);
+        otherwise a short-lived consumer takes one message. It is closed as soon as that
+        message is settled, so the one further message its receiver queue may hold goes
+        straight back to the queue."""
+        state = self.channel(number)
+        found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)
+        if found is None:
+            raise NotFound(f"no queue '{queue}' in vhost '{self.ctx.vhost}'", (60, 70))
+        queue_record = found[0]
+        if queue_record.exclusive and queue_record.owner != self.ctx.owner:
+            raise queue_locked(queue, self.ctx.vhost, (60, 70))
+        sets = await trio.to_thread.run_sync(self.topology.binding_sets, self.ctx.vhost, queue)
+        ready: dict[str, int] = {}
+        for binding_set, _ in sets:
+            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
+            stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
+            found_stats = stats.get(binding_set.subscription)
+            if found_stats is not None:
+                ready[binding_set.subscription] = found_stats.backlog - found_stats.unacked
+        # What remains after this get, as get-ok reports it (read before taking a message:
+        # the short-lived consumer's own prefetch would otherwise count as unacked).
+        remaining = max(0, sum(max(0, n) for n in ready.values()) - 1)
+        for binding_set, _ in sets:
+            if ready.get(binding_set.subscription, 0) <= 0:
+                continue
+            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
+            handle = await trio.to_thread.run_sync(
+                self.backend.subscribe,
+                topic,
+                binding_set.subscription,
+                f"{self.prefix}/get/{number}",
+                1,
+                None,
+            )
+            delivered = False
+            try:
+                delivered = await self._get_from(
+                    state, handle, queue, binding_set, no_ack, remaining
+                )
+            finally:
+                if not delivered or no_ack:
+                    await trio.to_thread.run_sync(handle.close)
+            if delivered:
+                return
+        self.conn.send_method(number, commands.Basic.GetEmpty())
+
+    async def _get_from(
+        self,
+        state: ChannelState,
+        handle: ConsumerHandle,
+        queue: str,
+        binding_set: BindingSet,
+        no_ack: bool,
+        remaining: int,
+    ) -> bool:
+        while True:
+            message = await trio.to_thread.run_sync(handle.receive, GET_WAIT)
+            if message is None:
+                return False
+            decoded = self._route(queue, {binding_set.topic: binding_set}, message)
+            if decoded is None:
+                handle.acknowledge(message)  # another binding's message: not this queue's
+                continue
+            tag = state.next_tag
+            state.next_tag += 1
+            if no_ack:
+                handle.acknowledge(message)
+            else:
+                state.unacked[tag] = Unacked(handle, message, None)
+            self.conn.send_content(
+                state.number,
+                commands.Basic.GetOk(
+                    tag,
+                    message.redelivery_count > 0,
+                    decoded.exchange,
+                    decoded.routing_key,
+                    remaining,
+                ),
+                decoded.properties,
+                decoded.body,
+            )
+            return True
+
+    # ---- the end ------------------------------------------------------------------------------
+
+    async def close_channel(self, number: int) -> None:
+        """Channel gone: close its Pulsar consumers; the broker requeues what they held."""
+        state = self.channels.pop(number, None)
+        if state is None:
+            return
+        handles: list[ConsumerHandle] = []
+        for consumer in state.consumers.values():
+            consumer.cancelled = True
+            consumer.batcher.close()
+            handles.extend(consumer.handles.values())
+        handles.extend(u.handle for u in state.unacked.values())
+        await self._close_handles(list({id(h): h for h in handles}.values()))
+
+    async def close_all(self) -> None:
+        for number in list(self.channels):
+            await self.close_channel(number)
+
+    async def _close_handles(self, handles: list[ConsumerHandle]) -> None:
+        for handle in handles:
+            await trio.to_thread.run_sync(handle.close)

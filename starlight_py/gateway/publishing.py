@@ -1,0 +1,171 @@
+"""basic.publish: route with the watched cache, send to one Pulsar topic with send_async,
+answer confirms in publish order, return unroutable mandatory messages first.
+
+Hot path: the exchange and the route come from the in-memory cache; a producer per topic is
+created once (in a worker thread) and reused; send results come back through one Batcher
+per connection, so many confirms cost one wake-up.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from pamqp import commands
+
+from starlight_py.amqp.confirms import ConfirmTracker
+from starlight_py.amqp.connection import AMQPConnection
+from starlight_py.amqp.errors import AccessRefused, NotFound, NotImplementedMethod
+from starlight_py.backend.message_codec import encode_properties
+from starlight_py.backend.pulsar_client import ProducerHandle, PulsarBackend
+from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.topology_methods import VhostContext
+from starlight_py.metadata.cache import TopologyCache
+from starlight_py.model import naming
+from starlight_py.model.topology import Exchange
+from starlight_py.topology.service import TopologyService
+
+log = logging.getLogger("starlight.publish")
+
+QUEUE_FULL_BACKOFF = 0.002
+
+
+class ProducerPool:
+    """One producer per topic for the whole proxy process."""
+
+    def __init__(self, backend: PulsarBackend) -> None:
+        self.backend = backend
+        self._producers: dict[str, ProducerHandle] = {}
+        self._locks: dict[str, trio.Lock] = {}
+
+    async def get(self, topic: naming.TopicName) -> ProducerHandle:
+        key = str(topic)
+        producer = self._producers.get(key)
+        if producer is not None:
+            return producer
+        lock = self._locks.setdefault(key, trio.Lock())
+        async with lock:
+            producer = self._producers.get(key)
+            if producer is None:
+                producer = await trio.to_thread.run_sync(self.backend.create_producer, topic)
+                self._producers[key] = producer
+        return producer
+
+    def close(self) -> None:
+        for producer in self._producers.values():
+            producer.close()
+        self._producers.clear()
+
+
+# (channel, confirm sequence or None, ok, error text)
+SendResult = tuple[int, int | None, bool, str]
+
+
+class Publisher:
+    """Publishing for one connection."""
+
+    def __init__(
+        self,
+        conn: AMQPConnection,
+        ctx: VhostContext,
+        cache: TopologyCache,
+        topology: TopologyService,
+        producers: ProducerPool,
+        kick: Callable[[], None],
+    ) -> None:
+        self.conn = conn
+        self.ctx = ctx
+        self.cache = cache
+        self.topology = topology
+        self.producers = producers
+        self.kick = kick
+        self.confirms: dict[int, ConfirmTracker] = {}
+        self.results: Batcher[SendResult] = Batcher(
+            trio.lowlevel.current_trio_token(), self._on_results
+        )
+
+    def confirm_select(self, channel: int) -> None:
+        self.confirms.setdefault(channel, ConfirmTracker())
+
+    def channel_closed(self, channel: int) -> None:
+        self.confirms.pop(channel, None)
+
+    async def _exchange(self, name: str) -> Exchange:
+        if name == "":
+            return Exchange("", "direct")
+        exchange = self.cache.exchange(self.ctx.vhost, name)
+        if exchange is None:
+            # Declared a moment ago (maybe on another proxy): ask ZooKeeper itself.
+            found = await trio.to_thread.run_sync(self.topology.get_exchange, self.ctx.vhost, name)
+            if found is None:
+                raise NotFound(f"no exchange '{name}' in vhost '{self.ctx.vhost}'", (60, 40))
+            exchange = found[0]
+        return exchange
+
+    async def publish(
+        self,
+        session: ChannelSession,
+        method: commands.Basic.Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+    ) -> None:
+        """Raises NotFound (no exchange), AccessRefused (internal exchange),
+        NotImplementedMethod (immediate)."""
+        channel = session.number
+        if method.immediate:
+            raise NotImplementedMethod("immediate=true", (60, 40))
+        exchange = await self._exchange(method.exchange or "")
+        if exchange.internal:
+            raise AccessRefused(
+                f"cannot publish to internal exchange '{exchange.name}' in vhost "
+                f"'{self.ctx.vhost}'",
+                (60, 40),
+            )
+        routing_key = method.routing_key or ""
+        headers: dict[str, Any] | None = properties.headers
+        tracker = self.confirms.get(channel)
+        seq = tracker.reserve() if tracker is not None else None
+        routed = self.cache.has_route(self.ctx.vhost, exchange, routing_key, headers)
+        if not routed:
+            routed = await trio.to_thread.run_sync(
+                self.topology.has_route, self.ctx.vhost, exchange, routing_key, headers
+            )
+        if not routed:
+            if method.mandatory:
+                self.conn.send_content(
+                    channel,
+                    commands.Basic.Return(312, "NO_ROUTE", exchange.name, routing_key),
+                    properties,
+                    body,
+                )
+            if tracker is not None and seq is not None:
+                for frame in tracker.complete(seq, True):
+                    self.conn.send_method(channel, frame)
+            return
+        topic = naming.exchange_topic(self.ctx.namespace, exchange.name, exchange.type, routing_key)
+        producer = await self.producers.get(topic)
+        pulsar_properties = encode_properties(exchange.name, routing_key, properties)
+
+        def done(ok: bool, error: str) -> None:
+            self.results.put((channel, seq, ok, error))
+
+        while not producer.send_async(body, pulsar_properties, done):
+            # The producer's queue is full: stop reading this client until Pulsar catches up.
+            await trio.sleep(QUEUE_FULL_BACKOFF)
+
+    def _on_results(self, results: list[SendResult]) -> None:
+        for channel, seq, ok, error in results:
+            if not ok:
+                log.warning("publish on channel %s failed in Pulsar: %s", channel, error)
+            tracker = self.confirms.get(channel)
+            if seq is None or tracker is None:
+                continue
+            for frame in tracker.complete(seq, ok):
+                self.conn.send_method(channel, frame)
+        self.kick()
+
+    def close(self) -> None:
+        self.results.close()

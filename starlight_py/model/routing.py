@@ -1,0 +1,135 @@
+"""Which bindings a message matches: RabbitMQ's rules for direct, fanout, topic and headers
+exchanges, plus the position window of each binding (a binding routes only the messages
+published after it was made and, once unbound, up to its end).
+
+A publish goes to exactly one Pulsar topic (per routing key for direct exchanges, per
+exchange otherwise); these functions decide, when a queue's subscription reads a message,
+whether one of the queue's bindings on that topic routes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from starlight_py.model.positions import MessageIdRecord
+
+
+def topic_words(key: str) -> tuple[str, ...]:
+    # RabbitMQ: the empty key has no words; "a..b" has an empty middle word.
+    return tuple(key.split(".")) if key else ()
+
+
+@lru_cache(maxsize=4096)
+def _pattern_words(pattern: str) -> tuple[str, ...]:
+    return topic_words(pattern)
+
+
+def topic_matches(pattern: str, routing_key: str) -> bool:
+    """`*` matches exactly one word, `#` zero or more words (RabbitMQ's topic exchange)."""
+    return _match(_pattern_words(pattern), topic_words(routing_key))
+
+
+def _match(pattern: Sequence[str], words: Sequence[str]) -> bool:
+    # Iterative matcher with backtracking on the last '#', linear in practice.
+    p = w = 0
+    star_p = star_w = -1
+    while w < len(words):
+        if p < len(pattern) and pattern[p] == "#":
+            star_p, star_w = p, w
+            p += 1
+        elif p < len(pattern) and (pattern[p] == "*" or pattern[p] == words[w]):
+            p += 1
+            w += 1
+        elif star_p >= 0:
+            star_w += 1
+            p, w = star_p + 1, star_w
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "#":
+        p += 1
+    return p == len(pattern)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
+    if isinstance(a, bytes):
+        a = a.decode("utf-8", "replace")
+    if isinstance(b, bytes):
+        b = b.decode("utf-8", "replace")
+    return bool(a == b)
+
+
+def headers_match(binding_arguments: Mapping[str, Any], headers: Mapping[str, Any] | None) -> bool:
+    """RabbitMQ's headers exchange: x-match all (default) / any / all-with-x / any-with-x.
+    A binding argument with no value (void) matches on the header's presence alone."""
+    headers = headers or {}
+    mode = binding_arguments.get("x-match", "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    with_x = mode.endswith("-with-x")
+    wanted = [
+        (k, v)
+        for k, v in binding_arguments.items()
+        if k != "x-match" and (with_x or not k.startswith("x-"))
+    ]
+
+    def one(key: str, value: Any) -> bool:
+        if key not in headers:
+            return False
+        return value is None or _same_value(value, headers[key])
+
+    if mode.startswith("any"):
+        return any(one(k, v) for k, v in wanted)
+    return all(one(k, v) for k, v in wanted)
+
+
+def binding_matches(
+    exchange_type: str,
+    binding_key: str,
+    binding_arguments: Mapping[str, Any],
+    routing_key: str,
+    headers: Mapping[str, Any] | None,
+) -> bool:
+    """Does one binding route a message (ignoring positions)?"""
+    if exchange_type == "fanout":
+        return True
+    if exchange_type == "topic":
+        return topic_matches(binding_key, routing_key)
+    if exchange_type == "headers":
+        return headers_match(binding_arguments, headers)
+    return binding_key == routing_key  # direct and the default exchange
+
+
+def within_window(
+    position: MessageIdRecord | None,
+    start: MessageIdRecord | None,
+    end: MessageIdRecord | None,
+    unbound: bool,
+) -> bool:
+    """Was the binding in place when the message at `position` was published?"""
+    if position is None:
+        return not unbound
+    if start is not None and position <= start:
+        return False
+    if unbound:
+        return end is not None and position <= end
+    return True
+
+
+def any_binding_routes(
+    exchange_type: str,
+    entries: Iterable[Any],
+    routing_key: str,
+    headers: Mapping[str, Any] | None,
+    position: MessageIdRecord | None,
+) -> bool:
+    """True when one of a queue's binding entries (objects with routing_key, arguments,
+    start, end, unbound) on this topic routes the message: the queue gets it once."""
+    return any(
+        binding_matches(exchange_type, e.routing_key, e.arguments, routing_key, headers)
+        and within_window(position, e.start, e.end, e.unbound)
+        for e in entries
+    )
