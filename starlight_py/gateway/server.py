@@ -177,9 +177,11 @@ async def serve(
     services._token = trio.lowlevel.current_trio_token()
     await _connect_metadata(services.zookeeper)
     services.cache.on_change(services.topology_changed)
-    services.cache.start()
     try:
-        await _serve(config, services, task_status)
+        async with trio.open_nursery() as nursery:
+            # TreeCache.start blocks until ZooKeeper answers: never keep listeners waiting.
+            nursery.start_soon(trio.to_thread.run_sync, services.cache.start)
+            await _serve(config, services, task_status)
     finally:
         with trio.CancelScope(shield=True):
             services.cache.close()

@@ -22,7 +22,6 @@ from starlight_py.model.topology import (
     check_exchange_type,
     check_not_default_exchange,
     check_queue_name_declarable,
-    validate_queue_arguments,
 )
 from starlight_py.topology.service import TopologyService, server_named_queue
 
@@ -134,12 +133,10 @@ class TopologyMethods:
         arguments = dict(method.arguments or {})
         if passive:
             name = self._queue_name(ctx, session, name, (50, 10))
+        elif not name:
+            name = server_named_queue()
         else:
-            if not name:
-                name = server_named_queue()
-            else:
-                check_queue_name_declarable(name)
-            validate_queue_arguments(name, ctx.vhost, arguments)
+            check_queue_name_declarable(name)
         exclusive = bool(method.exclusive)
         wanted = Queue(
             name,

@@ -33,7 +33,12 @@ log = logging.getLogger("starlight.cache")
 
 
 def _name(segment: str) -> str:
-    return "" if segment == "~" else unescape(segment)
+    """Inverse of records.segment: '~' is the empty name, '~2E'-dots are '.' and '..'."""
+    if segment == "~":
+        return ""
+    if segment in ("~2E", "~2E~2E"):
+        return "." * (len(segment) // 3)
+    return unescape(segment)
 
 
 class TopologyCache:

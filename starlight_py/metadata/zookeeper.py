@@ -169,10 +169,8 @@ class ZooKeeperClient:
         self._wait(self.kazoo.create_async, path, data, ephemeral=ephemeral)
 
     def ensure_path(self, path: str) -> None:
-        try:
-            self.kazoo.ensure_path(path)
-        except KazooException as e:
-            raise _translate(e) from e
+        """Create `path` and its parents as needed; raises MetadataUnavailable."""
+        self._wait(self.kazoo.ensure_path_async, path)
 
     def set(self, path: str, data: bytes, version: int = -1) -> None:
         """Raises VersionConflict, NodeMissing, MetadataUnavailable."""

@@ -57,6 +57,7 @@ from starlight_py.model.topology import (
     check_exchange_name_creatable,
     queue_locked,
     validate_binding_arguments,
+    validate_queue_arguments,
 )
 
 log = logging.getLogger("starlight.topology")
@@ -270,6 +271,10 @@ class TopologyService:
             ]
             self._commit_or_retry(ops)
             log.info("deleted exchange %r in vhost %r", exchange.name, vhost)
+            for record in retired:
+                if not record.drain:
+                    namespace = self._topic(vhost, record.topic).namespace
+                    self._drop_subscription_now(vhost, namespace, record)
 
         _retrying(attempt)
 
@@ -282,6 +287,8 @@ class TopologyService:
         exclusive queue), PreconditionFailed (not equivalent)."""
         found = self.get_queue(vhost, wanted.name)
         if found is None and not passive:
+            # RabbitMQ validates arguments when it creates; a redeclaration is compared first.
+            validate_queue_arguments(wanted.name, vhost, wanted.arguments)
             created = self._create_queue(vhost, namespace, wanted)
             if created:
                 return QueueCounts(0, 0)
@@ -292,6 +299,7 @@ class TopologyService:
         self._check_owner(vhost, queue, owner, (50, 10))
         if not passive:
             queue.check_equivalent(wanted, vhost)
+            validate_queue_arguments(wanted.name, vhost, wanted.arguments)
         return self.queue_counts(vhost, namespace, queue.name)
 
     def _check_owner(self, vhost: str, queue: Queue, owner: str, method: tuple[int, int]) -> None:

@@ -1,0 +1,315 @@
+"""The watched topology cache, fed by hand: paths and records in, indexes out.
+
+The cache is built on a ZooKeeperClient that is never started (building a kazoo TreeCache
+does not connect), so these tests need no ZooKeeper; the integration tests run the same
+cache against a real one (tests/integration/test_topology_cluster.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+from kazoo.recipe.cache import NodeData, TreeEvent
+
+from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.records import (
+    BindingEntry,
+    BindingSet,
+    Paths,
+    VhostRecord,
+    encode,
+)
+from starlight_py.metadata.zookeeper import ZooKeeperClient
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.topology import Exchange, Queue
+
+PATHS = Paths("/starlight")
+
+
+@pytest.fixture
+def cache() -> Iterator[TopologyCache]:
+    # An address nothing listens on; the client is never started, so it never connects.
+    zookeeper = ZooKeeperClient("127.0.0.1:1")
+    yield TopologyCache(zookeeper, PATHS)
+    zookeeper.kazoo.close()
+
+
+def parts(path: str) -> list[str]:
+    """A znode path as `_apply` receives it: the segments below `{root}/v1/vhosts`."""
+    prefix = PATHS.vhosts + "/"
+    assert path.startswith(prefix)
+    return path[len(prefix) :].split("/")
+
+
+def put(cache: TopologyCache, path: str, record: object) -> None:
+    cache._apply(parts(path), encode(record))
+
+
+def remove(cache: TopologyCache, path: str) -> None:
+    cache._apply(parts(path), None)
+
+
+def binding_set(queue: str, exchange: str, topic: str, *keys: str) -> BindingSet:
+    return BindingSet(
+        queue=queue,
+        exchange=exchange,
+        topic=topic,
+        subscription=f"{queue}~~0123456789ab",
+        entries=tuple(BindingEntry(key) for key in keys),
+    )
+
+
+def event(kind: int, path: str, data: bytes | None = b"") -> TreeEvent:
+    return TreeEvent.make(kind, NodeData.make(path, data, None))
+
+
+# ---- exchanges and queues ---------------------------------------------------------------------
+
+
+def test_an_empty_cache_knows_nothing(cache: TopologyCache) -> None:
+    assert cache.exchange("/", "orders") is None
+    assert cache.queue("/", "q1") is None
+    assert cache.binding_sets_of_exchange("/", "orders") == []
+    assert not cache.ready.is_set()
+
+
+def test_exchanges_are_added_updated_and_removed(cache: TopologyCache) -> None:
+    path = PATHS.exchange("/", "orders")
+    put(cache, path, Exchange("orders", "direct"))
+    assert cache.exchange("/", "orders") == Exchange("orders", "direct")
+    put(cache, path, Exchange("orders", "direct", durable=False, arguments={"a": 1}))
+    assert cache.exchange("/", "orders") == Exchange(
+        "orders", "direct", durable=False, arguments={"a": 1}
+    )
+    remove(cache, path)
+    assert cache.exchange("/", "orders") is None
+    remove(cache, path)  # removing twice (a replayed event) is harmless
+    assert cache.exchange("/", "orders") is None
+
+
+def test_queues_are_added_updated_and_removed(cache: TopologyCache) -> None:
+    path = PATHS.queue("/", "q1")
+    put(cache, path, Queue("q1"))
+    assert cache.queue("/", "q1") == Queue("q1")
+    put(cache, path, Queue("q1", exclusive=True, owner="p/1"))
+    assert cache.queue("/", "q1") == Queue("q1", exclusive=True, owner="p/1")
+    remove(cache, path)
+    assert cache.queue("/", "q1") is None
+
+
+def test_names_are_unescaped_from_the_path(cache: TopologyCache) -> None:
+    put(cache, PATHS.exchange("a/b", "ex x"), Exchange("ex x", "fanout"))
+    put(cache, PATHS.queue("a/b", "q/1~"), Queue("q/1~"))
+    assert cache.exchange("a/b", "ex x") == Exchange("ex x", "fanout")
+    assert cache.queue("a/b", "q/1~") == Queue("q/1~")
+
+
+def test_vhosts_do_not_share_names(cache: TopologyCache) -> None:
+    put(cache, PATHS.exchange("/", "x"), Exchange("x", "direct"))
+    put(cache, PATHS.exchange("other", "x"), Exchange("x", "topic"))
+    remove(cache, PATHS.exchange("/", "x"))
+    assert cache.exchange("/", "x") is None
+    assert cache.exchange("other", "x") == Exchange("x", "topic")
+
+
+def test_the_tilde_segment_is_the_empty_name(cache: TopologyCache) -> None:
+    assert PATHS.exchange("", "") == "/starlight/v1/vhosts/~/exchanges/~"
+    put(cache, PATHS.exchange("", ""), Exchange("", "direct"))
+    assert cache.exchange("", "") == Exchange("", "direct")
+    assert cache.exchange("/", "") is None
+
+
+def test_an_exchange_and_a_queue_of_the_same_name_are_different(cache: TopologyCache) -> None:
+    put(cache, PATHS.exchange("/", "same"), Exchange("same", "direct"))
+    put(cache, PATHS.queue("/", "same"), Queue("same"))
+    remove(cache, PATHS.queue("/", "same"))
+    assert cache.exchange("/", "same") == Exchange("same", "direct")
+    assert cache.queue("/", "same") is None
+
+
+# ---- binding sets -----------------------------------------------------------------------------
+
+
+def test_binding_sets_are_indexed_by_their_exchange(cache: TopologyCache) -> None:
+    first = binding_set("q1", "events", "events", "a")
+    second = binding_set("q2", "events", "events", "b")
+    other = binding_set("q1", "orders", "orders~~k", "k")
+    put(cache, PATHS.binding_set("/", "q1", "events"), first)
+    put(cache, PATHS.binding_set("/", "q2", "events"), second)
+    put(cache, PATHS.binding_set("/", "q1", "orders~~k"), other)
+    assert sorted(cache.binding_sets_of_exchange("/", "events"), key=lambda s: s.queue) == [
+        first,
+        second,
+    ]
+    assert cache.binding_sets_of_exchange("/", "orders") == [other]
+    assert cache.binding_sets_of_exchange("other", "events") == []
+
+
+def test_a_binding_set_update_replaces_it(cache: TopologyCache) -> None:
+    path = PATHS.binding_set("/", "q1", "events")
+    put(cache, path, binding_set("q1", "events", "events", "a"))
+    updated = binding_set("q1", "events", "events", "a", "b")
+    put(cache, path, updated)
+    assert cache.binding_sets_of_exchange("/", "events") == [updated]
+    unbound = updated.with_entries((BindingEntry("a", unbound=True), BindingEntry("b")))
+    put(cache, path, unbound)
+    [current] = cache.binding_sets_of_exchange("/", "events")
+    assert [e.routing_key for e in current.active_entries] == ["b"]
+
+
+def test_removing_binding_sets_empties_the_index(cache: TopologyCache) -> None:
+    first_path = PATHS.binding_set("/", "q1", "events")
+    second_path = PATHS.binding_set("/", "q2", "events")
+    put(cache, first_path, binding_set("q1", "events", "events", "a"))
+    put(cache, second_path, binding_set("q2", "events", "events", "a"))
+    remove(cache, first_path)
+    assert [s.queue for s in cache.binding_sets_of_exchange("/", "events")] == ["q2"]
+    remove(cache, second_path)
+    assert cache.binding_sets_of_exchange("/", "events") == []
+    remove(cache, second_path)  # a removal the cache never saw added is harmless
+    assert cache.binding_sets_of_exchange("/", "events") == []
+
+
+def test_the_default_exchange_binding_of_a_queue(cache: TopologyCache) -> None:
+    implicit = binding_set("q1", "", "amq.default~~q1", "q1")
+    path = PATHS.binding_set("/", "q1", "amq.default~~q1")
+    put(cache, path, implicit)
+    assert cache.binding_sets_of_exchange("/", "") == [implicit]
+    remove(cache, path)
+    assert cache.binding_sets_of_exchange("/", "") == []
+
+
+def test_znodes_that_are_not_records_change_nothing(cache: TopologyCache) -> None:
+    put(cache, PATHS.exchange("/", "events"), Exchange("events", "fanout"))
+    # The vhost itself, the containers and the bound/ index carry no topology for routing.
+    put(cache, PATHS.vhost("/"), VhostRecord("/", NamespaceName("public", "default")))
+    for path in (
+        PATHS.exchanges("/"),
+        PATHS.queues("/"),
+        PATHS.retired("/"),
+        PATHS.exchange_bound("/", "events"),
+        PATHS.exchange_bound_entry("/", "events", "q1", "events"),
+        PATHS.queue_bindings("/", "q1"),
+    ):
+        cache._apply(parts(path), b"")
+        cache._apply(parts(path), None)
+    # An empty znode where a record belongs (not written yet) is not a removal.
+    cache._apply(parts(PATHS.exchange("/", "events")), b"")
+    assert cache.exchange("/", "events") == Exchange("events", "fanout")
+    assert cache.binding_sets_of_exchange("/", "events") == []
+
+
+def test_a_record_of_the_wrong_kind_is_not_taken(cache: TopologyCache) -> None:
+    put(cache, PATHS.exchange("/", "x"), Queue("x"))
+    put(cache, PATHS.queue("/", "q"), Exchange("q", "direct"))
+    assert cache.exchange("/", "x") is None
+    assert cache.queue("/", "q") is None
+
+
+# ---- events -----------------------------------------------------------------------------------
+
+
+def test_events_are_applied_and_counted_and_listeners_called(cache: TopologyCache) -> None:
+    calls: list[int] = []
+    cache.on_change(lambda: calls.append(cache.changes))
+    path = PATHS.exchange("/", "orders")
+    cache._on_event(event(TreeEvent.NODE_ADDED, path, encode(Exchange("orders", "direct"))))
+    assert cache.exchange("/", "orders") == Exchange("orders", "direct")
+    cache._on_event(event(TreeEvent.NODE_UPDATED, path, encode(Exchange("orders", "topic"))))
+    assert cache.exchange("/", "orders") == Exchange("orders", "topic")
+    # A removal event still carries the last data; the cache must drop the record anyway.
+    cache._on_event(event(TreeEvent.NODE_REMOVED, path, encode(Exchange("orders", "topic"))))
+    assert cache.exchange("/", "orders") is None
+    assert cache.changes == 3
+    assert calls == [1, 2, 3]
+    assert cache.last_change > 0
+
+
+def test_initialized_means_ready(cache: TopologyCache) -> None:
+    cache._on_event(TreeEvent.make(TreeEvent.INITIALIZED, None))
+    assert cache.ready.is_set()
+    assert cache.changes == 0
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [TreeEvent.CONNECTION_SUSPENDED, TreeEvent.CONNECTION_RECONNECTED, TreeEvent.CONNECTION_LOST],
+)
+def test_connection_events_change_nothing(cache: TopologyCache, kind: int) -> None:
+    cache._on_event(TreeEvent.make(kind, None))
+    assert cache.changes == 0
+    assert not cache.ready.is_set()
+
+
+@pytest.mark.parametrize(
+    "path", ["/starlight/v1", "/starlight/v1/vhosts", "/elsewhere/v1/vhosts/~2F/exchanges/x"]
+)
+def test_events_outside_the_vhosts_are_ignored(cache: TopologyCache, path: str) -> None:
+    cache._on_event(event(TreeEvent.NODE_ADDED, path, encode(Exchange("x", "direct"))))
+    assert cache.changes == 0
+    assert cache.exchange("/", "x") is None
+
+
+BAD_ARGUMENTS = b'"arguments": {"a": {"$decimal": "not a number"}}'
+
+
+@pytest.mark.parametrize(
+    ("path", "data"),
+    [
+        (PATHS.exchange("/", "x"), b"{not json"),
+        (PATHS.exchange("/", "x"), b"[]"),
+        (PATHS.exchange("/", "x"), b'{"schema": 2, "kind": "exchange", "name": "x"}'),
+        (PATHS.exchange("/", "x"), b'{"schema": 1, "kind": "exchange", "name": "x"}'),
+        (PATHS.queue("/", "x"), encode(Queue("x")).replace(b'"arguments": {}', BAD_ARGUMENTS)),
+        (PATHS.binding_set("/", "x", "t"), b'{"schema": 1, "kind": "binding_set"}'),
+        # Path segments that `naming.escape` never produces.
+        ("/starlight/v1/vhosts/~2F/exchanges/a b", encode(Exchange("a b", "direct"))),
+        ("/starlight/v1/vhosts/~41/exchanges/x", encode(Exchange("x", "direct"))),
+    ],
+    ids=[
+        "not-json",
+        "array",
+        "schema-2",
+        "missing-keys",
+        "bad-arguments",
+        "bad-binding-set",
+        "unescaped-segment",
+        "non-canonical-vhost",
+    ],
+)
+def test_unreadable_znodes_are_ignored_with_a_warning(
+    cache: TopologyCache, path: str, data: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[None] = []
+    cache.on_change(lambda: calls.append(None))
+    with caplog.at_level(logging.WARNING, logger="starlight.cache"):
+        cache._on_event(event(TreeEvent.NODE_ADDED, path, data))
+    assert "ignoring unreadable znode" in caplog.text
+    assert path in caplog.text
+    assert cache.changes == 0
+    assert calls == []
+    assert cache.exchange("/", "x") is None
+    assert cache.queue("/", "x") is None
+    assert cache.binding_sets_of_exchange("/", "x") == []
+
+
+def test_an_unreadable_update_keeps_the_last_readable_record(cache: TopologyCache) -> None:
+    path = PATHS.exchange("/", "orders")
+    cache._on_event(event(TreeEvent.NODE_ADDED, path, encode(Exchange("orders", "direct"))))
+    cache._on_event(event(TreeEvent.NODE_UPDATED, path, b"garbage"))
+    assert cache.exchange("/", "orders") == Exchange("orders", "direct")
+    assert cache.changes == 1
+
+
+def test_names_dot_and_dot_dot_reach_the_cache(cache: TopologyCache) -> None:
+    cache._on_event(
+        event(TreeEvent.NODE_ADDED, PATHS.exchange("/", "."), encode(Exchange(".", "fanout")))
+    )
+    assert cache.exchange("/", ".") == Exchange(".", "fanout")
+
+
+def test_wait_until_polls_until_the_predicate_holds(cache: TopologyCache) -> None:
+    assert cache.wait_until(lambda: True, 0)
+    assert not cache.wait_until(lambda: False, 0.01)
