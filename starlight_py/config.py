@@ -141,6 +141,14 @@ class StarlightConfig:
             "(5 MiB by default in Pulsar) minus room for properties.",
         ),
     )
+    producer_max_pending: int = field(
+        default=5000,
+        metadata=_key(
+            "pulsarProducerMaxPendingMessages",
+            "Sends in flight per Pulsar producer; when full, publishers are paused and told "
+            "with connection.blocked until Pulsar catches up.",
+        ),
+    )
     handshake_timeout: float = field(
         default=10 * SECONDS,
         metadata=_key(
@@ -186,6 +194,8 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("amqpMaxNoOfChannels", "must be between 1 and 65535")
     if not 0 <= cfg.heartbeat <= 65535:
         raise ConfigError("amqpHeartbeatDelay", "must be between 0 and 65535 seconds")
+    if cfg.producer_max_pending < 1:
+        raise ConfigError("pulsarProducerMaxPendingMessages", "must be positive")
     if cfg.max_message_size < 1:
         raise ConfigError("amqpMaxMessageSize", "must be positive")
     if cfg.handshake_timeout <= 0:

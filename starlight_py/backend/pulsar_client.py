@@ -9,6 +9,7 @@ pulsar-client's threads and must only hand their data to the trio bridge.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,24 +67,47 @@ Listener = Callable[["ConsumerHandle", ReceivedMessage], None]
 
 
 class ProducerHandle:
-    def __init__(self, producer: Any) -> None:
+    """A producer with its own count of sends in flight: pulsar-client reports a full queue
+    through the send callback, which is too late to hold the publisher back, so the gateway
+    asks `has_room()` before sending and waits while it is False."""
+
+    def __init__(self, producer: Any, capacity: int) -> None:
         self._producer = producer
+        self._capacity = capacity
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    def has_room(self) -> bool:
+        with self._lock:
+            return self._in_flight < self._capacity
 
     def send_async(self, body: bytes, properties: dict[str, str], done: SendCallback) -> bool:
-        """Queue a send; `done(ok, error)` runs on a pulsar thread. False when the producer's
-        queue is full (the caller retries after yielding)."""
+        """Queue a send; `done(ok, error)` runs on a pulsar thread. False when the producer
+        is full (nothing was sent; wait until `has_room()` and send again)."""
+        full = threading.Event()
 
         def callback(result: Any, _message_id: Any) -> None:
+            with self._lock:
+                self._in_flight -= 1
+            if result == pulsar.Result.ProducerQueueIsFull:
+                full.set()  # reported synchronously by send_async: the caller retries
+                return
             ok = result == pulsar.Result.Ok
             done(ok, "" if ok else str(result))
 
+        with self._lock:
+            self._in_flight += 1
         try:
             self._producer.send_async(body, callback, properties=properties)
         except pulsar.ProducerQueueIsFull:
+            with self._lock:
+                self._in_flight -= 1
             return False
         except pulsar.PulsarException as e:
+            with self._lock:
+                self._in_flight -= 1
             done(False, str(e))
-        return True
+        return not full.is_set()
 
     def close(self) -> None:
         try:
@@ -144,8 +168,9 @@ class ConsumerHandle:
 class PulsarBackend:
     """One pulsar-client Client per proxy process."""
 
-    def __init__(self, service_url: str) -> None:
+    def __init__(self, service_url: str, producer_max_pending: int = 5000) -> None:
         self.service_url = service_url
+        self.producer_max_pending = producer_max_pending
         self._client = pulsar.Client(
             service_url,
             operation_timeout_seconds=10,
@@ -160,7 +185,7 @@ class PulsarBackend:
             producer = self._client.create_producer(
                 str(topic),
                 block_if_queue_full=False,
-                max_pending_messages=5000,
+                max_pending_messages=self.producer_max_pending + 1,
                 batching_enabled=True,
                 batching_max_publish_delay_ms=1,
                 send_timeout_millis=30000,
@@ -169,7 +194,8 @@ class PulsarBackend:
             raise BackendUnavailable(f"cannot create a producer on {topic}: {e}") from e
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot create a producer on {topic}: {e}") from e
-        return ProducerHandle(producer)
+        # Leave the client's own queue a margin above our limit, so it never reports full.
+        return ProducerHandle(producer, max(1, self.producer_max_pending - 1))
 
     def subscribe(
         self,

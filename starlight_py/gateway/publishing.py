@@ -83,6 +83,7 @@ class Publisher:
         self.producers = producers
         self.kick = kick
         self.confirms: dict[int, ConfirmTracker] = {}
+        self.blocked = False
         self.results: Batcher[SendResult] = Batcher(
             trio.lowlevel.current_trio_token(), self._on_results
         )
@@ -152,9 +153,29 @@ class Publisher:
         def done(ok: bool, error: str) -> None:
             self.results.put((channel, seq, ok, error))
 
-        while not producer.send_async(body, pulsar_properties, done):
-            # The producer's queue is full: stop reading this client until Pulsar catches up.
-            await trio.sleep(QUEUE_FULL_BACKOFF)
+        if producer.has_room() and producer.send_async(body, pulsar_properties, done):
+            return
+        # Pulsar is behind: stop reading this client until it catches up, and say so to
+        # clients that understand connection.blocked.
+        self._set_blocked(True)
+        try:
+            while not (producer.has_room() and producer.send_async(body, pulsar_properties, done)):
+                await trio.sleep(QUEUE_FULL_BACKOFF)
+        finally:
+            self._set_blocked(False)
+
+    def _set_blocked(self, blocked: bool) -> None:
+        if blocked == self.blocked:
+            return
+        self.blocked = blocked
+        capabilities = self.conn.client_properties.get("capabilities")
+        if not (isinstance(capabilities, dict) and capabilities.get("connection.blocked")):
+            return
+        if blocked:
+            self.conn.send_method(0, commands.Connection.Blocked("Pulsar is applying backpressure"))
+        else:
+            self.conn.send_method(0, commands.Connection.Unblocked())
+        self.kick()
 
     def _on_results(self, results: list[SendResult]) -> None:
         for channel, seq, ok, error in results:

@@ -124,7 +124,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     paths = Paths(config.metadata_root)
     topology = TopologyService(zookeeper, paths, admin)
     proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
-    backend = PulsarBackend(config.pulsar_service_url)
+    backend = PulsarBackend(config.pulsar_service_url, config.producer_max_pending)
     return ProxyServices(
         config,
         settings,

@@ -1,0 +1,78 @@
+"""When Pulsar cannot take publishes as fast as they come, the publisher is paused and, if
+it understands connection.blocked, told so; nothing is lost."""
+
+from __future__ import annotations
+
+import uuid
+
+from pamqp import commands
+from pamqp import frame as pamqp_frame
+from pamqp import header as pamqp_header
+
+from tests.integration.conftest import ProxyFactory
+from tests.support.raw_amqp import PROTOCOL_HEADER, RawClient
+
+
+def handshake_with_capabilities(client: RawClient) -> None:
+    client.send(PROTOCOL_HEADER)
+    client.read_method()
+    client.send_method(
+        0,
+        commands.Connection.StartOk(
+            client_properties={"capabilities": {"connection.blocked": True}},
+            mechanism="PLAIN",
+            response="\x00guest\x00guest",
+        ),
+    )
+    _, tune = client.read_method()
+    client.send_method(0, commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0))
+    client.send_method(0, commands.Connection.Open(virtual_host="/"))
+    client.read_method()
+
+
+def test_full_producer_queue_blocks_then_unblocks_and_loses_nothing(
+    start_proxy: ProxyFactory,
+) -> None:
+    proxy = start_proxy(pulsarProducerMaxPendingMessages="1")
+    queue = f"bp-{uuid.uuid4().hex[:8]}"
+    client = RawClient("127.0.0.1", proxy.port)
+    handshake_with_capabilities(client)
+    client.open_channel(1)
+    client.send_method(1, commands.Queue.Declare(queue=queue, exclusive=True))
+    client.read_method()
+    client.send_method(1, commands.Confirm.Select())
+    client.read_method()
+    count = 60
+    frames = []
+    for _ in range(count):
+        frames.append(
+            pamqp_frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+        )
+        frames.append(
+            pamqp_frame.marshal(pamqp_header.ContentHeader(0, 4, commands.Basic.Properties()), 1)
+        )
+        frames.append(b"\x03\x00\x01\x00\x00\x00\x04data\xce")
+    client.send(b"".join(frames))  # as fast as the socket takes it
+    acked: set[int] = set()
+    seen: list[str] = []
+    while len(acked) < count:
+        _, method = client.read_method(timeout=30)
+        seen.append(method.name)
+        if isinstance(method, commands.Basic.Ack):
+            if method.multiple:
+                acked.update(range(1, method.delivery_tag + 1))
+            else:
+                acked.add(method.delivery_tag)
+        assert not isinstance(method, commands.Basic.Nack)
+    assert acked == set(range(1, count + 1))
+    assert "Connection.Blocked" in seen
+    # Unblocked follows the last Blocked (it may come after the final acks).
+    while seen.count("Connection.Unblocked") < seen.count("Connection.Blocked"):
+        seen.append(client.read_method(timeout=30)[1].name)
+    assert seen.index("Connection.Blocked") < len(seen) - 1 - seen[::-1].index(
+        "Connection.Unblocked"
+    )
+    client.send_method(1, commands.Queue.Declare(queue=queue, passive=True))
+    _, declare_ok = client.read_method()
+    assert declare_ok.message_count == count
+    client.close()
