@@ -28,7 +28,7 @@ import trio
 from pamqp import commands
 
 from starlight_py.amqp.connection import AMQPConnection
-from starlight_py.amqp.errors import AccessRefused, NotAllowed, NotFound, PreconditionFailed
+from starlight_py.amqp.errors import AccessRefused, NotAllowed, PreconditionFailed
 from starlight_py.backend.message_codec import DecodedMessage, decode
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.gateway.bridge import Batcher
@@ -37,7 +37,6 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.routing import any_binding_routes
-from starlight_py.model.topology import queue_locked
 from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.consume")
@@ -139,12 +138,9 @@ class Consumers:
         tag = _name(method.consumer_tag) or "amq.ctag-" + secrets.token_urlsafe(16)[:22]
         if tag in state.consumers:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'", (60, 20))
-        found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)
-        if found is None:
-            raise NotFound(f"no queue '{queue}' in vhost '{self.ctx.vhost}'", (60, 20))
-        queue_record = found[0]
-        if queue_record.exclusive and queue_record.owner != self.ctx.owner:
-            raise queue_locked(queue, self.ctx.vhost, (60, 20))
+        await trio.to_thread.run_sync(
+            self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 20)
+        )
         sets = [
             s
             for s, _ in await trio.to_thread.run_sync(
@@ -427,12 +423,9 @@ class Consumers:
         message is settled, so the one further message its receiver queue may hold goes
         straight back to the queue."""
         state = self.channel(number)
-        found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)
-        if found is None:
-            raise NotFound(f"no queue '{queue}' in vhost '{self.ctx.vhost}'", (60, 70))
-        queue_record = found[0]
-        if queue_record.exclusive and queue_record.owner != self.ctx.owner:
-            raise queue_locked(queue, self.ctx.vhost, (60, 70))
+        await trio.to_thread.run_sync(
+            self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 70)
+        )
         sets = await trio.to_thread.run_sync(self.topology.binding_sets, self.ctx.vhost, queue)
         ready: dict[str, int] = {}
         for binding_set, _ in sets:

@@ -302,6 +302,13 @@ class TopologyService:
             validate_queue_arguments(wanted.name, vhost, wanted.arguments)
         return self.queue_counts(vhost, namespace, queue.name)
 
+    def usable_queue(self, vhost: str, name: str, owner: str, method: tuple[int, int]) -> Queue:
+        """The queue, for a connection that wants to read it; raises NotFound, or
+        ResourceLocked for another connection's exclusive queue."""
+        queue = self._require_queue(vhost, name, method)
+        self._check_owner(vhost, queue, owner, method)
+        return queue
+
     def _check_owner(self, vhost: str, queue: Queue, owner: str, method: tuple[int, int]) -> None:
         if queue.exclusive and queue.owner != owner:
             raise queue_locked(queue.name, vhost, method)
