@@ -88,6 +88,7 @@ class ChannelState(Enum):
 class _PartialContent:
     method: PamqpMethod
     properties: commands.Basic.Properties | None = None
+    raw_properties: bytes = b""
     body_size: int = 0
     chunks: list[bytes] = field(default_factory=list)
     received: int = 0
@@ -384,6 +385,7 @@ class AMQPConnection:
                 framing.method_ids(content.method),
             )
         content.properties = frame.properties
+        content.raw_properties = frame.raw_properties
         content.body_size = frame.body_size
         if frame.body_size == 0:
             self._content_complete(number, channel, events)
@@ -408,7 +410,11 @@ class AMQPConnection:
         assert content is not None and content.properties is not None
         channel.content = None
         body = content.chunks[0] if len(content.chunks) == 1 else b"".join(content.chunks)
-        events.append(ev.ContentReceived(number, content.method, content.properties, body))
+        events.append(
+            ev.ContentReceived(
+                number, content.method, content.properties, body, content.raw_properties
+            )
+        )
 
     # ---- what the shell decided -----------------------------------------------------------
 
@@ -452,6 +458,15 @@ class AMQPConnection:
         """Queue basic.deliver / get-ok / return with its header and body frames."""
         if self.channel_is_open(channel):
             self._queue(framing.encode_content(channel, method, properties, body, self.frame_max))
+
+    def send_content_raw(
+        self, channel: int, method: PamqpMethod, raw_properties: bytes, body: bytes
+    ) -> None:
+        """send_content with properties already encoded (delivered byte for byte)."""
+        if self.channel_is_open(channel):
+            self._queue(
+                framing.encode_content_raw(channel, method, raw_properties, body, self.frame_max)
+            )
 
     def send_heartbeat(self) -> None:
         if self.state not in (ConnectionState.CLOSED, ConnectionState.AWAITING_HEADER):

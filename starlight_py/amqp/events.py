@@ -56,6 +56,7 @@ class ContentReceived:
     method: PamqpMethod
     properties: commands.Basic.Properties
     body: bytes
+    raw_properties: bytes = b""  # as the client encoded them (see framing.HeaderFrame)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from pamqp import commands, header
@@ -42,6 +42,9 @@ class HeaderFrame:
     channel: int
     body_size: int
     properties: commands.Basic.Properties
+    # The property flags and values exactly as the client encoded them (kept so they can be
+    # stored and delivered byte for byte: key order and field type tags included).
+    raw_properties: bytes = field(default=b"", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +160,7 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
         raise FrameError(f"cannot decode content header: {e}") from e
     if content_header.class_id != commands.Basic.frame_id:
         raise UnexpectedFrame(f"content header for class {content_header.class_id}")
-    return HeaderFrame(channel, content_header.body_size, content_header.properties)
+    return HeaderFrame(channel, content_header.body_size, content_header.properties, payload[12:])
 
 
 class CommandInvalidIndex(CommandInvalid):
@@ -193,6 +196,27 @@ def encode_content(
     ]
     parts.extend(_body_frames(channel, body, frame_max - FRAME_OVERHEAD))
     return b"".join(parts)
+
+
+_CONTENT_HEADER_PREFIX = struct.Struct(">HHQ")
+
+
+def encode_content_raw(
+    channel: int, method: PamqpMethod, raw_properties: bytes, body: bytes, frame_max: int
+) -> bytes:
+    """Like encode_content, with the properties already encoded (flags and values)."""
+    header_payload = _CONTENT_HEADER_PREFIX.pack(60, 0, len(body)) + raw_properties
+    parts = [
+        pamqp_frame.marshal(method, channel),
+        _HEADER.pack(FRAME_HEADER, channel, len(header_payload)) + header_payload + b"\xce",
+    ]
+    parts.extend(_body_frames(channel, body, frame_max - FRAME_OVERHEAD))
+    return b"".join(parts)
+
+
+def decode_raw_properties(raw_properties: bytes) -> commands.Basic.Properties:
+    """Decode stored property bytes; raises FrameError when they do not decode."""
+    return _decode_header(0, _CONTENT_HEADER_PREFIX.pack(60, 0, 0) + raw_properties).properties
 
 
 def _body_frames(channel: int, body: bytes, chunk: int) -> Iterable[bytes]:

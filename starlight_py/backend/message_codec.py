@@ -22,6 +22,9 @@ from typing import Any
 
 from pamqp import commands, header
 
+from starlight_py.amqp.errors import AMQPError
+from starlight_py.amqp.framing import decode_raw_properties
+
 PROPERTIES_KEY = "amqp.properties"
 EXCHANGE_KEY = "amqp.exchange"
 ROUTING_KEY_KEY = "amqp.routing_key"
@@ -46,17 +49,19 @@ _READABLE = (
 class DecodedMessage:
     exchange: str
     routing_key: str
-    properties: commands.Basic.Properties
+    raw_properties: bytes  # AMQP property flags and values, delivered as they are
     body: bytes
 
     @property
-    def headers(self) -> dict[str, Any]:
-        return dict(self.properties.headers or {})
+    def properties(self) -> commands.Basic.Properties:
+        """Decoded on demand (headers-exchange filtering, tests): the hot path forwards the
+        raw bytes."""
+        return decode_raw_properties(self.raw_properties)
 
 
 def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
     if isinstance(value, datetime.datetime):
         return str(int(value.timestamp()))
     if isinstance(value, bool):
@@ -67,14 +72,20 @@ def _text(value: Any) -> str:
 
 
 def encode_properties(
-    exchange: str, routing_key: str, properties: commands.Basic.Properties
+    exchange: str,
+    routing_key: str,
+    properties: commands.Basic.Properties,
+    raw_properties: bytes | None = None,
 ) -> dict[str, str]:
-    """The Pulsar property map for an AMQP message."""
-    raw = header.ContentHeader(0, 0, properties).marshal()
+    """The Pulsar property map for an AMQP message. `raw_properties` (as the client encoded
+    them) is stored when given, so headers come back byte for byte; otherwise the
+    properties are encoded here."""
+    if raw_properties is None:
+        raw_properties = header.ContentHeader(0, 0, properties).marshal()[12:]
     result = {
         EXCHANGE_KEY: exchange,
         ROUTING_KEY_KEY: routing_key,
-        PROPERTIES_KEY: base64.b64encode(raw).decode("ascii"),
+        PROPERTIES_KEY: base64.b64encode(raw_properties).decode("ascii"),
     }
     for name in _READABLE:
         value = getattr(properties, name, None)
@@ -92,18 +103,15 @@ def decode(
     default_routing_key: str,
 ) -> DecodedMessage:
     """The AMQP view of a Pulsar message; never raises for a foreign message."""
+    exchange = pulsar_properties.get(EXCHANGE_KEY, default_exchange)
+    routing_key = pulsar_properties.get(ROUTING_KEY_KEY, default_routing_key)
     encoded = pulsar_properties.get(PROPERTIES_KEY)
     if encoded is not None:
         try:
-            content_header = header.ContentHeader()
-            content_header.unmarshal(base64.b64decode(encoded))
-            return DecodedMessage(
-                pulsar_properties.get(EXCHANGE_KEY, default_exchange),
-                pulsar_properties.get(ROUTING_KEY_KEY, default_routing_key),
-                content_header.properties,
-                body,
-            )
-        except Exception:  # a corrupt or foreign value: fall back to the readable form
+            raw = base64.b64decode(encoded, validate=True)
+            decode_raw_properties(raw)  # a corrupt value falls back to the readable form
+            return DecodedMessage(exchange, routing_key, raw, body)
+        except (ValueError, AMQPError):
             pass
     headers: dict[str, Any] = {
         (k[len(HEADER_PREFIX) :] if k.startswith(HEADER_PREFIX) else k): v
@@ -119,9 +127,5 @@ def decode(
         message_id=pulsar_properties.get("amqp.message_id"),
         correlation_id=pulsar_properties.get("amqp.correlation_id"),
     )
-    return DecodedMessage(
-        pulsar_properties.get(EXCHANGE_KEY, default_exchange),
-        pulsar_properties.get(ROUTING_KEY_KEY, default_routing_key),
-        properties,
-        body,
-    )
+    raw = header.ContentHeader(0, 0, properties).marshal()[12:]
+    return DecodedMessage(exchange, routing_key, raw, body)

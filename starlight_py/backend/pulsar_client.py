@@ -186,8 +186,9 @@ class PulsarBackend:
                 str(topic),
                 block_if_queue_full=False,
                 max_pending_messages=self.producer_max_pending + 1,
-                batching_enabled=True,
-                batching_max_publish_delay_ms=1,
+                # No batching: a batch is one Pulsar entry, so a negative ack of one message
+                # would redeliver the whole batch and stats would count entries, not messages.
+                batching_enabled=False,
                 send_timeout_millis=30000,
             )
         except (pulsar.Timeout, pulsar.ConnectError) as e:
@@ -230,6 +231,20 @@ class PulsarBackend:
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot consume from {topic}: {e}") from e
         return handle
+
+    def drain_subscription(self, topic: TopicName, subscription: str, consumer_name: str) -> int:
+        """Blocking: acknowledge every message the broker will hand out on `subscription`
+        (its ready messages: those delivered to other consumers are not handed out) and
+        return how many. Used by queue.purge when skip_all would drop unacked ones too."""
+        handle = self.subscribe(topic, subscription, consumer_name, 100, None)
+        drained = 0
+        try:
+            while (message := handle.receive(0.2)) is not None:
+                handle.acknowledge(message)
+                drained += 1
+        finally:
+            handle.close()
+        return drained
 
     def close(self) -> None:
         try:

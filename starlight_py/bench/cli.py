@@ -156,10 +156,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="unmeasured messages each producer sends first (default: 20)",
     )
     parser.add_argument(
+        "--prime",
+        type=float,
+        default=6.0,
+        metavar="SECONDS",
+        help="before the measured cases, send unrecorded traffic to each target for this "
+        "long (1x1, 1KiB, pipelined): warms Pulsar's JIT, which otherwise penalises whichever "
+        "target runs first (default: 6; 0 = no priming)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=60.0,
         help="seconds after which a case is stopped and reported as timeout (default: 60)",
+    )
+    parser.add_argument(
+        "--direct-logger",
+        choices=("file", "python"),
+        default="file",
+        help="logger of the direct pulsar-client baseline: 'file' = pulsar.FileLogger at "
+        "Warn (filtered in C++, the fast setup; default) or 'python' = a logging.Logger at "
+        "WARNING, as the proxy passes one (every client DEBUG line then takes the GIL)",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write all results here")
     parser.add_argument(
@@ -333,6 +350,7 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
         timeout=args.timeout,
         run_id=f"{os.getpid()}-{int(time.time())}",
         work_dir=work_dir,
+        pulsar_logger=args.direct_logger,
     )
     document: dict[str, Any] = {
         "machine": machine,
@@ -391,6 +409,13 @@ def _cases(
     results: list[CaseResult] = []
     timeouts: Counter[str] = Counter()
     began = time.monotonic()
+    if args.prime > 0:
+        prime = replace(settings, messages=10**7, duration=args.prime, progress_every=60.0)
+        for name, target in targets.items():
+            say(f"priming {name} for {args.prime:g} s (not recorded)")
+            primed = run_case(Case("1x1", 1024, "pipelined", name), target, prime, 0)
+            if primed.status != "ok":
+                say(f"  priming {name}: {primed.status} {primed.detail}")
     for index, case in enumerate(cases, 1):
         target = targets[case.target]
         if timeouts[case.target] >= MAX_CONSECUTIVE_TIMEOUTS:
@@ -531,13 +556,34 @@ def _cprofile_summary(path: Path) -> list[str]:
     raw: dict[Any, Any] = getattr(pstats.Stats(str(path)), "stats")  # noqa: B009
     for (filename, line, function), (_cc, calls, tottime, cumtime, _callers) in raw.items():
         where = f"{_short(filename)}:{line}({function})"
-        rows.append((cumtime, tottime, calls, where))
+        if not _is_entry(where):
+            rows.append((cumtime, tottime, calls, where))
     rows.sort(reverse=True)
     lines = [f"{'cumtime s':>10} {'tottime s':>10} {'calls':>9}  function"]
     lines += [f"{c:10.2f} {t:10.2f} {n:9d}  {w}" for c, t, n, w in rows[:25]]
-    print(f"\nproxy cProfile (main thread), top 25 by cumulative time; full: {text_path}")
+    print(
+        f"\nproxy cProfile (main thread; entry frames left out), top 25 by cumulative time; "
+        f"full: {text_path}"
+    )
     print("\n".join(lines))
     return lines
+
+
+# Entry frames every sample or call passes through: they say nothing about the hot path.
+_ENTRY_FRAMES = (
+    "<frozen runpy>",
+    "<frozen importlib",
+    "builtins.exec>",
+    "<string>:1(<module>)",
+    "starlight_py/__main__.py",
+    "starlight_py/cli.py",
+    "run (trio/_core/_run.py)",
+    "trio/_core/_run.py:2424(run)",
+)
+
+
+def _is_entry(where: str) -> bool:
+    return any(marker in where for marker in _ENTRY_FRAMES)
 
 
 def _short(filename: str) -> str:
@@ -568,7 +614,8 @@ def _py_spy_summary(path: Path) -> list[str]:
     if total == 0:
         return []
     lines = [f"py-spy: {total} samples (all threads, idle excluded)", "inclusive %  function"]
-    lines += [f"{100 * n / total:10.1f}  {f}" for f, n in inclusive.most_common(25)]
+    top = [(f, n) for f, n in inclusive.most_common() if not _is_entry(f)][:25]
+    lines += [f"{100 * n / total:10.1f}  {f}" for f, n in top]
     lines += ["self %       function"]
     lines += [f"{100 * n / total:10.1f}  {f}" for f, n in own.most_common(25)]
     print("\nproxy py-spy profile")

@@ -75,6 +75,7 @@ class Settings:
     work_dir: Path
     rate: float = 0.0
     progress_every: float = PROGRESS_EVERY
+    pulsar_logger: str = "file"
 
 
 @dataclass
@@ -94,6 +95,7 @@ class CaseResult:
     duplicates: int = 0
     seconds: float | None = None
     server_cpu: dict[str, float] = field(default_factory=dict)  # % of one core
+    server_cpu_us_per_msg: dict[str, float] = field(default_factory=dict)
     client_cpu: float | None = None  # % of one core, all workers together
     host_cpu: float | None = None  # % of one core: every process on the host
     other_cpu: float | None = None  # host - server - client: someone else's load
@@ -174,7 +176,7 @@ def percentile(sorted_values: list[int], fraction: float) -> int:
 def _queue_names(case: Case, target: Target, settings: Settings, index: int) -> list[str]:
     names = [f"bench-{settings.run_id}-{index}-{i}" for i in range(case.pairs)]
     if target.kind == "pulsar":
-        return [f"persistent://public/default/{name}" for name in names]
+        return [f"persistent://public/default/direct-{name}" for name in names]
     return names
 
 
@@ -250,6 +252,7 @@ def _spec(
         prefetch=settings.prefetch,
         producers=1,
         deadline=max(5.0, settings.timeout - 3),
+        pulsar_logger=settings.pulsar_logger,
     )
 
 
@@ -350,6 +353,11 @@ def _run(
         result = CaseResult.of(case, "ok")
     _fill(result, producers, consumers, wall)
     result.server_cpu = cpu
+    if result.received:
+        result.server_cpu_us_per_msg = {
+            name: round(percent / 100 * wall / result.received * 1e6, 1)
+            for name, percent in cpu.items()
+        }
     result.host_cpu = round(host, 1)
     if result.client_cpu is not None:
         result.other_cpu = round(max(0.0, host - sum(cpu.values()) - result.client_cpu), 1)

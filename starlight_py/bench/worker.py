@@ -60,6 +60,9 @@ class WorkerSpec:
     producers: int = 1  # consumer: how many producers feed this queue
     deadline: float = 120.0  # seconds after start at which the worker gives up
     subscription: str = "bench"  # consumer, pulsar
+    # pulsar: "file" = pulsar.FileLogger at Warn, filtered in C++; "python" = a Python
+    # logging.Logger at WARNING, as the proxy passes it (see docs/performance.md).
+    pulsar_logger: str = "file"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -343,12 +346,18 @@ def amqp_consumer(spec: WorkerSpec, deadline: Deadline) -> dict[str, Any]:
 # --- direct pulsar-client ----------------------------------------------------------------
 
 
-def _pulsar_client(url: str) -> Any:
+def _pulsar_client(spec: WorkerSpec) -> Any:
     import pulsar  # noqa: PLC0415
 
-    logger = logging.getLogger("pulsar")
-    logger.setLevel(logging.WARNING)
-    return pulsar.Client(url, operation_timeout_seconds=15, logger=logger)
+    logger: Any
+    if spec.pulsar_logger == "python":
+        # pulsar-client's LoggerWrapper reports every level as enabled to C++, so each
+        # DEBUG line of the client takes the GIL to be dropped by this logger's level.
+        logger = logging.getLogger("pulsar")
+        logger.setLevel(logging.WARNING)
+    else:
+        logger = pulsar.FileLogger(pulsar.LoggerLevel.Warn, f"{spec.out}.pulsar.log")
+    return pulsar.Client(spec.url, operation_timeout_seconds=15, logger=logger)
 
 
 def _pulsar_producer(client: Any, topic: str) -> Any:
@@ -366,7 +375,7 @@ def _pulsar_producer(client: Any, topic: str) -> Any:
 
 def pulsar_each_producer(spec: WorkerSpec, deadline: Deadline) -> dict[str, Any]:
     """producer.send(): blocks until Pulsar acknowledges each message."""
-    client = _pulsar_client(spec.url)
+    client = _pulsar_client(spec)
     plan = Plan(spec)
     try:
         producer = _pulsar_producer(client, spec.queue)
@@ -396,7 +405,7 @@ def pulsar_pipelined_producer(spec: WorkerSpec, deadline: Deadline) -> dict[str,
     their acks, repeat (the same batches as the aio-pika producer)."""
     import pulsar  # noqa: PLC0415
 
-    client = _pulsar_client(spec.url)
+    client = _pulsar_client(spec)
     plan = Plan(spec)
     cond = threading.Condition()
     counts = {"ok": 0, "failed": 0}
@@ -449,7 +458,7 @@ def pulsar_consumer(spec: WorkerSpec, deadline: Deadline) -> dict[str, Any]:
     import pulsar  # noqa: PLC0415
 
     tracker = Tracker(spec.producers)
-    client = _pulsar_client(spec.url)
+    client = _pulsar_client(spec)
     try:
         consumer = client.subscribe(
             spec.queue,

@@ -157,7 +157,10 @@ class ClientConnection:
         elif isinstance(event, ev.OpenRequested):
             namespace = await self.services.open_vhost(event.virtual_host)
             self.vhost = VhostContext(
-                event.virtual_host, namespace, f"{self.services.proxy_id}/{self.id}"
+                event.virtual_host,
+                namespace,
+                f"{self.services.proxy_id}/{self.id}",
+                user=self.principal.name if self.principal else "",
             )
             self.messages = self._message_methods(self.vhost)
             self.services.change_listeners.add(self._on_topology_change)
@@ -177,7 +180,9 @@ class ClientConnection:
             session = self.channels.get(event.channel)
             if session is not None and self.messages is not None:
                 assert isinstance(event.method, commands.Basic.Publish)
-                await self.messages.publish(session, event.method, event.properties, event.body)
+                await self.messages.publish(
+                    session, event.method, event.properties, event.body, event.raw_properties
+                )
         elif isinstance(event, ev.ChannelCloseRequested):
             self.channels.pop(event.channel, None)
             if self.messages is not None:
@@ -246,6 +251,7 @@ class ClientConnection:
             f"{services.proxy_id}/{self.id}",
             self._kick,
             nursery.start_soon,
+            services.requeued,
         )
         return MessageMethods(self.conn, ctx, publisher, consumers)
 

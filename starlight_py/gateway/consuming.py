@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections import deque
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
@@ -36,6 +36,7 @@ from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
+from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.topology.service import TopologyService
 
@@ -44,6 +45,8 @@ log = logging.getLogger("starlight.consume")
 UNLIMITED_RECEIVER_QUEUE = 1000
 # A new consumer gets its first message a few ms after subscribing; stats said it is there.
 GET_WAIT = 0.5
+GETTER_IDLE = 0.5
+HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
 MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
 
 
@@ -79,10 +82,35 @@ class ChannelState:
     consumers: dict[str, AmqpConsumer] = field(default_factory=dict)
     prefetch_global: int = 0
     prefetch_consumer: int = 0
+    getters: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
+    getter_generation: int = 0
+    getting: bool = False  # a basic.get is using the getters right now
 
 
 def _name(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+class RequeuedPositions:
+    """Messages this proxy requeued (subscription, position), so their next delivery is
+    marked redelivered; bounded, oldest forgotten first. Shared by the proxy's connections,
+    all on the trio thread."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._limit = limit
+        self._positions: OrderedDict[tuple[str, MessageIdRecord], None] = OrderedDict()
+
+    def add(self, subscription: str, position: MessageIdRecord) -> None:
+        self._positions[(subscription, position)] = None
+        if len(self._positions) > self._limit:
+            self._positions.popitem(last=False)
+
+    def add_all(self, items: Iterable[tuple[str, MessageIdRecord]]) -> None:
+        for subscription, position in items:
+            self.add(subscription, position)
+
+    def pop(self, subscription: str, position: MessageIdRecord) -> bool:
+        return self._positions.pop((subscription, position), False) is None
 
 
 class Consumers:
@@ -98,6 +126,7 @@ class Consumers:
         consumer_prefix: str,
         kick: Callable[[], None],
         spawn: Callable[..., None],
+        requeued: RequeuedPositions,
     ) -> None:
         self.conn = conn
         self.ctx = ctx
@@ -107,9 +136,10 @@ class Consumers:
         self.prefix = consumer_prefix
         self.kick = kick
         self.spawn = spawn  # start a task in the connection's nursery
+        self.requeued = requeued
         self.channels: dict[int, ChannelState] = {}
-        self._get_settled: list[ConsumerHandle] = []
         self._cancelled_settled: list[ConsumerHandle] = []
+        self._get_settled: list[ConsumerHandle] = []
         self._token = trio.lowlevel.current_trio_token()
 
     def channel(self, number: int) -> ChannelState:
@@ -272,16 +302,16 @@ class Consumers:
             else:
                 state.unacked[tag] = Unacked(handle, message, consumer.tag)
                 consumer.unacked += 1
-            self.conn.send_content(
+            self.conn.send_content_raw(
                 state.number,
                 commands.Basic.Deliver(
                     consumer.tag,
                     tag,
-                    message.redelivery_count > 0,
+                    self._redelivered(handle, message),
                     decoded.exchange,
                     decoded.routing_key,
                 ),
-                decoded.properties,
+                decoded.raw_properties,
                 decoded.body,
             )
         # Flow control: stop Pulsar pushing to a consumer that cannot take more.
@@ -313,15 +343,23 @@ class Consumers:
         decoded = decode(message.properties, message.body, exchange_name, key or "")
         if binding_set is None:
             return decoded
+        # Only headers exchanges need the properties decoded.
+        headers = decoded.properties.headers if binding_set.exchange_type == "headers" else None
         if any_binding_routes(
             binding_set.exchange_type,
             binding_set.entries,
             decoded.routing_key,
-            decoded.properties.headers,
+            headers,
             message.position,
         ):
             return decoded
         return None
+
+    def _redelivered(self, handle: ConsumerHandle, message: ReceivedMessage) -> bool:
+        # Pulsar's count survives negative acks but not a consumer closing, so requeues
+        # seen by this proxy are remembered too (docs/compatibility.md).
+        seen = self.requeued.pop(handle.subscription, message.position)
+        return seen or message.redelivery_count > 0
 
     def output_flushed(self) -> None:
         """The writer sent its backlog: no-ack consumers may go on."""
@@ -355,14 +393,20 @@ class Consumers:
         return taken
 
     def _close_settled_handles(self, state: ChannelState) -> None:
-        # basic.get consumers, and those of cancelled consumers, close once nothing they
-        # delivered is unacked (closing earlier would requeue those messages).
+        # A cancelled consumer's Pulsar consumers close once nothing they delivered is
+        # unacked (closing earlier would requeue those messages).
         holding = {id(u.handle) for u in state.unacked.values()}
-        for handle in self._get_settled + self._cancelled_settled:
+        for handle in self._cancelled_settled:
             if id(handle) not in holding:
                 self._close_soon(handle)
-        self._get_settled.clear()
         self._cancelled_settled.clear()
+        for handle in self._get_settled:
+            if id(handle) not in holding:
+                for sub, getter in list(state.getters.items()):
+                    if getter is handle:
+                        del state.getters[sub]
+                        self._close_soon(handle)
+        self._get_settled.clear()
 
     def _close_soon(self, handle: ConsumerHandle) -> None:
         self.spawn(trio.to_thread.run_sync, handle.close)
@@ -379,6 +423,7 @@ class Consumers:
         state = self.channel(number)
         for item in self._take(state, tag, multiple, method):
             if requeue:
+                self.requeued.add(item.handle.subscription, item.message.position)
                 item.handle.negative_acknowledge(item.message)
             else:
                 item.handle.acknowledge(item.message)  # dropped (dead-lettering arrives later)
@@ -418,46 +463,58 @@ class Consumers:
     # ---- get ----------------------------------------------------------------------------------
 
     async def get(self, number: int, queue: str, no_ack: bool) -> None:
-        """basic.get. Empty queues are recognised from Pulsar's subscription stats (fast);
-        otherwise a short-lived consumer takes one message. It is closed as soon as that
-        message is settled, so the one further message its receiver queue may hold goes
-        straight back to the queue."""
+        """basic.get through one Pulsar consumer per channel and subscription, kept between
+        gets so that a message it prefetched is the next one returned, and closed once idle
+        with nothing of its unacked (which returns any prefetched message to the queue).
+        Empty queues are recognised from Pulsar's stats without waiting."""
         state = self.channel(number)
+        state.getting = True
+        try:
+            await self._get(state, queue, no_ack)
+        finally:
+            state.getting = False
+            self._getter_used(state)
+
+    async def _get(self, state: ChannelState, queue: str, no_ack: bool) -> None:
+        number = state.number
         await trio.to_thread.run_sync(
             self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 70)
         )
-        sets = await trio.to_thread.run_sync(self.topology.binding_sets, self.ctx.vhost, queue)
+        sets = [
+            s
+            for s, _ in await trio.to_thread.run_sync(
+                self.topology.binding_sets, self.ctx.vhost, queue
+            )
+        ]
         ready: dict[str, int] = {}
-        for binding_set, _ in sets:
+        for binding_set in sets:
             topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
             stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
             found_stats = stats.get(binding_set.subscription)
             if found_stats is not None:
-                ready[binding_set.subscription] = found_stats.backlog - found_stats.unacked
-        # What remains after this get, as get-ok reports it (read before taking a message:
-        # the short-lived consumer's own prefetch would otherwise count as unacked).
-        remaining = max(0, sum(max(0, n) for n in ready.values()) - 1)
-        for binding_set, _ in sets:
+                ready[binding_set.subscription] = max(0, found_stats.backlog - found_stats.unacked)
+        total_ready = sum(ready.values())
+        for binding_set in sets:
+            getter = state.getters.get(binding_set.subscription)
+            # A message our getter already holds is counted as unacked, not ready.
+            if getter is not None and await self._get_from(
+                state, getter, queue, binding_set, no_ack, total_ready, HELD_WAIT
+            ):
+                return
             if ready.get(binding_set.subscription, 0) <= 0:
                 continue
-            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
-            handle = await trio.to_thread.run_sync(
-                self.backend.subscribe,
-                topic,
-                binding_set.subscription,
-                f"{self.prefix}/get/{number}",
-                1,
-                None,
-            )
-            delivered = False
-            try:
-                delivered = await self._get_from(
-                    state, handle, queue, binding_set, no_ack, remaining
+            if getter is None:
+                getter = await trio.to_thread.run_sync(
+                    self.backend.subscribe,
+                    naming.TopicName(self.ctx.namespace, binding_set.topic),
+                    binding_set.subscription,
+                    f"{self.prefix}/get/{number}",
+                    1,
+                    None,
                 )
-            finally:
-                if not delivered or no_ack:
-                    await trio.to_thread.run_sync(handle.close)
-            if delivered:
+                state.getters[binding_set.subscription] = getter
+            remaining = max(0, total_ready - 1)
+            if await self._get_from(state, getter, queue, binding_set, no_ack, remaining, GET_WAIT):
                 return
         self.conn.send_method(number, commands.Basic.GetEmpty())
 
@@ -469,9 +526,10 @@ class Consumers:
         binding_set: BindingSet,
         no_ack: bool,
         remaining: int,
+        wait: float,
     ) -> bool:
         while True:
-            message = await trio.to_thread.run_sync(handle.receive, GET_WAIT)
+            message = await trio.to_thread.run_sync(handle.receive, wait)
             if message is None:
                 return False
             decoded = self._route(queue, {binding_set.topic: binding_set}, message)
@@ -482,21 +540,45 @@ class Consumers:
             state.next_tag += 1
             if no_ack:
                 handle.acknowledge(message)
+                await self._close_getter(state, binding_set.subscription)
             else:
                 state.unacked[tag] = Unacked(handle, message, None)
-            self.conn.send_content(
+            self.conn.send_content_raw(
                 state.number,
                 commands.Basic.GetOk(
                     tag,
-                    message.redelivery_count > 0,
+                    self._redelivered(handle, message),
                     decoded.exchange,
                     decoded.routing_key,
                     remaining,
                 ),
-                decoded.properties,
+                decoded.raw_properties,
                 decoded.body,
             )
             return True
+
+    async def _close_getter(self, state: ChannelState, subscription: str) -> None:
+        """Close a getter now (nothing of it is unacked): the message its receiver queue may
+        hold goes back to the queue before anyone counts or gets again."""
+        handle = state.getters.pop(subscription, None)
+        if handle is not None:
+            await trio.to_thread.run_sync(handle.close)
+
+    def _getter_used(self, state: ChannelState) -> None:
+        state.getter_generation += 1
+        self.spawn(self._close_idle_getters, state, state.getter_generation)
+
+    async def _close_idle_getters(self, state: ChannelState, generation: int) -> None:
+        await trio.sleep(GETTER_IDLE)
+        while state.getter_generation == generation and state.getters and not state.getting:
+            holding = {id(u.handle) for u in state.unacked.values()}
+            idle = [sub for sub, handle in state.getters.items() if id(handle) not in holding]
+            for sub in idle:
+                handle = state.getters.pop(sub)
+                await trio.to_thread.run_sync(handle.close)
+            if not state.getters:
+                return
+            await trio.sleep(GETTER_IDLE)  # some still hold unacked gets: look again later
 
     # ---- the end ------------------------------------------------------------------------------
 
@@ -505,7 +587,11 @@ class Consumers:
         state = self.channels.pop(number, None)
         if state is None:
             return
-        handles: list[ConsumerHandle] = []
+        self.requeued.add_all(
+            (u.handle.subscription, u.message.position) for u in state.unacked.values()
+        )
+        handles: list[ConsumerHandle] = list(state.getters.values())
+        state.getters.clear()
         for consumer in state.consumers.values():
             consumer.cancelled = True
             consumer.batcher.close()

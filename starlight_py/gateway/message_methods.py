@@ -89,8 +89,9 @@ class MessageMethods:
         method: commands.Basic.Publish,
         properties: commands.Basic.Properties,
         body: bytes,
+        raw_properties: bytes = b"",
     ) -> None:
-        await self.publisher.publish(session, method, properties, body)
+        await self.publisher.publish(session, method, properties, body, raw_properties)
 
     async def channel_closed(self, number: int) -> None:
         self.publisher.channel_closed(number)

@@ -17,7 +17,12 @@ from pamqp import commands
 
 from starlight_py.amqp.confirms import ConfirmTracker
 from starlight_py.amqp.connection import AMQPConnection
-from starlight_py.amqp.errors import AccessRefused, NotFound, NotImplementedMethod
+from starlight_py.amqp.errors import (
+    AccessRefused,
+    NotFound,
+    NotImplementedMethod,
+    PreconditionFailed,
+)
 from starlight_py.backend.message_codec import encode_properties
 from starlight_py.backend.pulsar_client import ProducerHandle, PulsarBackend
 from starlight_py.gateway.bridge import Batcher
@@ -112,12 +117,19 @@ class Publisher:
         method: commands.Basic.Publish,
         properties: commands.Basic.Properties,
         body: bytes,
+        raw_properties: bytes = b"",
     ) -> None:
         """Raises NotFound (no exchange), AccessRefused (internal exchange),
         NotImplementedMethod (immediate)."""
         channel = session.number
         if method.immediate:
             raise NotImplementedMethod("immediate=true", (60, 40))
+        user_id = properties.user_id
+        if user_id is not None and user_id != self.ctx.user:
+            raise PreconditionFailed(
+                f"user_id property set to '{user_id}' but authenticated user was '{self.ctx.user}'",
+                (60, 40),
+            )
         exchange = await self._exchange(method.exchange or "")
         if exchange.internal:
             raise AccessRefused(
@@ -136,19 +148,20 @@ class Publisher:
             )
         if not routed:
             if method.mandatory:
-                self.conn.send_content(
-                    channel,
-                    commands.Basic.Return(312, "NO_ROUTE", exchange.name, routing_key),
-                    properties,
-                    body,
-                )
+                method_return = commands.Basic.Return(312, "NO_ROUTE", exchange.name, routing_key)
+                if raw_properties:
+                    self.conn.send_content_raw(channel, method_return, raw_properties, body)
+                else:
+                    self.conn.send_content(channel, method_return, properties, body)
             if tracker is not None and seq is not None:
                 for frame in tracker.complete(seq, True):
                     self.conn.send_method(channel, frame)
             return
         topic = naming.exchange_topic(self.ctx.namespace, exchange.name, exchange.type, routing_key)
         producer = await self.producers.get(topic)
-        pulsar_properties = encode_properties(exchange.name, routing_key, properties)
+        pulsar_properties = encode_properties(
+            exchange.name, routing_key, properties, raw_properties or None
+        )
 
         def done(ok: bool, error: str) -> None:
             self.results.put((channel, seq, ok, error))

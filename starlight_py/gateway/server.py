@@ -22,6 +22,7 @@ from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
+from starlight_py.gateway.consuming import RequeuedPositions
 from starlight_py.gateway.publishing import ProducerPool
 from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
@@ -63,6 +64,7 @@ class ProxyServices:
     cache: TopologyCache
     backend: PulsarBackend
     producers: ProducerPool
+    requeued: RequeuedPositions = field(default_factory=RequeuedPositions)
     # Connections to tell when the topology changes (consumers follow new bindings).
     change_listeners: set[Callable[[], None]] = field(default_factory=set)
 
@@ -122,9 +124,9 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     vhosts = VhostResolver(rules, admin, config.auto_create_namespaces)
     zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
     paths = Paths(config.metadata_root)
-    topology = TopologyService(zookeeper, paths, admin)
-    proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
     backend = PulsarBackend(config.pulsar_service_url, config.producer_max_pending)
+    topology = TopologyService(zookeeper, paths, admin, backend)
+    proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
     return ProxyServices(
         config,
         settings,

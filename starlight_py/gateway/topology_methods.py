@@ -36,6 +36,7 @@ class VhostContext:
     vhost: str
     namespace: NamespaceName
     owner: str  # "proxy-id/connection-id", the owner of exclusive queues
+    user: str = ""  # the authenticated principal (basic.publish checks user_id against it)
     exclusive_queues: set[str] = field(default_factory=set)
 
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from starlight_py.amqp.errors import NotFound, PreconditionFailed
 from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.metadata.records import (
     BindingEntry,
     BindingSet,
@@ -90,10 +91,17 @@ class _Retry(Exception):
 
 
 class TopologyService:
-    def __init__(self, zookeeper: ZooKeeperClient, paths: Paths, admin: PulsarAdmin) -> None:
+    def __init__(
+        self,
+        zookeeper: ZooKeeperClient,
+        paths: Paths,
+        admin: PulsarAdmin,
+        backend: PulsarBackend | None = None,
+    ) -> None:
         self.zk = zookeeper
         self.paths = paths
         self.admin = admin
+        self.backend = backend  # for purging subscriptions that have unacked messages
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -355,7 +363,8 @@ class TopologyService:
             stats = self.admin.subscription_stats(topic).get(binding_set.subscription)
             if stats is not None:
                 ready += max(0, stats.backlog - stats.unacked)
-                consumers.update(stats.consumer_names)
+                # basic.get's short-lived consumers are not AMQP consumers.
+                consumers.update(n for n in stats.consumer_names if "/get/" not in n)
         return QueueCounts(ready, len(consumers))
 
     def delete_queue(
@@ -438,9 +447,14 @@ class TopologyService:
         self._check_owner(vhost, queue, owner, (50, 30))
         counts = self.queue_counts(vhost, namespace, name)
         for binding_set, _ in self.binding_sets(vhost, name):
-            self.admin.skip_all(
-                naming.TopicName(namespace, binding_set.topic), binding_set.subscription
-            )
+            topic = naming.TopicName(namespace, binding_set.topic)
+            stats = self.admin.subscription_stats(topic).get(binding_set.subscription)
+            if stats is not None and stats.unacked and self.backend is not None:
+                # skip_all would also drop delivered-unacked messages, which RabbitMQ's
+                # purge leaves to their consumers: take only what the broker hands out.
+                self.backend.drain_subscription(topic, binding_set.subscription, f"purge/{owner}")
+            else:
+                self.admin.skip_all(topic, binding_set.subscription)
         return counts.message_count
 
     def _drop_subscription_now(

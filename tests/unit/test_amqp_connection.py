@@ -774,7 +774,10 @@ def test_content_split_at_any_byte_position_is_assembled(chunk: int) -> None:
     for start in range(0, len(data), chunk):
         events += conn.receive_data(data[start : start + chunk])
     assert [type(e) for e in events] == [ev.ContentReceived, ev.MethodReceived]
-    assert events[0] == ev.ContentReceived(1, events[0].method, props, payload)
+    assert events[0] == ev.ContentReceived(
+        1, events[0].method, props, payload, events[0].raw_properties
+    )
+    assert events[0].raw_properties == header.ContentHeader(0, 0, props).marshal()[12:]
     assert conn.buffered_input == 0
 
 

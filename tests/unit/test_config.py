@@ -97,6 +97,7 @@ def test_every_key_is_read_from_its_env_var() -> None:
         "amqpMaxNoOfChannels": "64",
         "amqpMaxMessageSize": "1048576",
         "amqpHandshakeTimeoutMillis": "1500",
+        "pulsarProducerMaxPendingMessages": "7",
         "authenticationEnabled": "true",
         "logLevel": "WARNING",
     }
@@ -118,6 +119,7 @@ def test_every_key_is_read_from_its_env_var() -> None:
         channel_max=64,
         max_message_size=1048576,
         handshake_timeout=1.5,
+        producer_max_pending=7,
         authentication_enabled=True,
         log_level="WARNING",
     )

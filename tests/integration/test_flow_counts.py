@@ -1,0 +1,311 @@
+"""Counts the broker reports: declare-ok message_count/consumer_count, delete-ok and
+purge-ok message_count, exactly as RabbitMQ 3.10 reports them (ready messages only)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pika
+import pika.exceptions
+import pytest
+from pamqp import body as pamqp_body
+from pamqp import commands, frame
+from pamqp import header as pamqp_header
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+from tests.integration.conftest import Broker
+from tests.support.raw_amqp import RawClient
+
+# --- helpers (each flow test module carries its own small copy) -----------------------
+
+
+def unique(kind: str) -> str:
+    return f"flow-{kind}-{uuid.uuid4().hex[:12]}"
+
+
+class Created:
+    """Names one test creates; whatever is left is deleted (best effort) when it ends."""
+
+    def __init__(self) -> None:
+        self.exchanges: list[str] = []
+        self.queues: list[str] = []
+
+    def exchange(self, kind: str = "x") -> str:
+        name = unique(kind)
+        self.exchanges.append(name)
+        return name
+
+    def queue(self, kind: str = "q") -> str:
+        name = unique(kind)
+        self.queues.append(name)
+        return name
+
+
+@pytest.fixture
+def created(broker: Broker) -> Iterator[Created]:
+    names = Created()
+    yield names
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    try:
+        channel = connection.channel()
+        targets = [("queue", q) for q in names.queues]
+        targets += [("exchange", x) for x in names.exchanges]
+        for kind, name in targets:
+            try:
+                if kind == "queue":
+                    channel.queue_delete(name)
+                else:
+                    channel.exchange_delete(name)
+            except pika.exceptions.ChannelClosedByBroker:
+                channel = connection.channel()
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def connect(broker: Broker, created: Created) -> Iterator[Callable[[], BlockingConnection]]:
+    """Opens more connections; all are closed before `created` cleans up."""
+    opened: list[BlockingConnection] = []
+
+    def open_connection() -> BlockingConnection:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url()))
+        opened.append(conn)
+        return conn
+
+    yield open_connection
+    for conn in opened:
+        if conn.is_open:
+            conn.close()
+
+
+@pytest.fixture
+def connection(connect: Callable[[], BlockingConnection]) -> BlockingConnection:
+    return connect()
+
+
+def confirming_channel(connection: BlockingConnection) -> BlockingChannel:
+    channel = connection.channel()
+    channel.confirm_delivery()
+    return channel
+
+
+def get_one(
+    channel: BlockingChannel, queue: str, timeout: float = 5.0
+) -> tuple[pika.spec.Basic.GetOk, pika.BasicProperties, bytes]:
+    """basic.get (manual ack) polled until a message comes, or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        method, properties, body = channel.basic_get(queue, auto_ack=False)
+        if method is not None:
+            return method, properties, body
+        assert time.monotonic() < deadline, f"no message in {queue} after {timeout}s"
+        time.sleep(0.02)
+
+
+def counts(channel: BlockingChannel, queue: str) -> tuple[int, int]:
+    ok = channel.queue_declare(queue, passive=True).method
+    return ok.message_count, ok.consumer_count
+
+
+def wait_for_counts(
+    channel: BlockingChannel, queue: str, expected: tuple[int, int], timeout: float = 10.0
+) -> tuple[int, int]:
+    """Passive-declare until (message_count, consumer_count) == expected or timeout; returns
+    the last answer. RabbitMQ answers exactly at once; a proxy may lag by a moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = counts(channel, queue)
+        if answer == expected or time.monotonic() >= deadline:
+            return answer
+        time.sleep(0.05)
+
+
+def publish(channel: BlockingChannel, queue: str, count: int) -> None:
+    for i in range(count):
+        channel.basic_publish("", queue, f"m{i}".encode())
+
+
+# --- message_count ------------------------------------------------------------------
+
+
+def test_declare_ok_message_count_after_confirmed_publishes(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = confirming_channel(connection)
+    queue = created.queue()
+    ok = channel.queue_declare(queue).method
+    assert (ok.message_count, ok.consumer_count) == (0, 0)
+    publish(channel, queue, 25)
+    assert wait_for_counts(channel, queue, (25, 0)) == (25, 0)
+    ok = channel.queue_declare(queue).method  # a non-passive redeclare answers the same
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (queue, 25, 0)
+
+
+@contextlib.contextmanager
+def raw_channel(broker: Broker) -> Iterator[RawClient]:
+    client = broker.raw()
+    try:
+        client.handshake()
+        assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
+        yield client
+    finally:
+        client.close()
+
+
+def test_declare_ok_message_count_after_pipelined_confirmed_publishes(
+    broker: Broker, connection: BlockingConnection, created: Created
+) -> None:
+    """Publishes written back to back (one write), all confirmed, then counted."""
+    channel = connection.channel()
+    queue = created.queue()
+    channel.queue_declare(queue)
+    total = 20
+    with raw_channel(broker) as client:
+        client.send_method(1, commands.Confirm.Select())
+        assert isinstance(client.read_method()[1], commands.Confirm.SelectOk)
+        data = b""
+        for i in range(total):
+            payload = f"m{i}".encode()
+            data += frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+            data += frame.marshal(
+                pamqp_header.ContentHeader(0, len(payload), commands.Basic.Properties()), 1
+            )
+            data += frame.marshal(pamqp_body.ContentBody(payload), 1)
+        client.send(data)
+        acked: set[int] = set()
+        while len(acked) < total:
+            try:
+                _, method = client.read_method(timeout=10)
+            except TimeoutError:
+                break
+            assert isinstance(method, commands.Basic.Ack), method
+            last = method.delivery_tag
+            acked |= set(range(1, last + 1)) if method.multiple else {last}
+        assert acked == set(range(1, total + 1))
+    assert wait_for_counts(channel, queue, (total, 0)) == (total, 0)
+
+
+def test_message_count_counts_ready_messages_not_unacked_ones(
+    broker: Broker, connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    channel = confirming_channel(connect())
+    queue = created.queue()
+    channel.queue_declare(queue)
+    publish(channel, queue, 5)
+    assert wait_for_counts(channel, queue, (5, 0)) == (5, 0)
+    holder = connect().channel()
+    for expected in (b"m0", b"m1"):
+        assert get_one(holder, queue)[2] == expected
+    if broker.is_rabbitmq:
+        assert wait_for_counts(channel, queue, (3, 0)) == (3, 0)
+    else:
+        # One further message may sit in the outstanding gets' receiver queue, counted as
+        # unacked (docs/compatibility.md, "Counts").
+        assert wait_for_counts(channel, queue, (3, 0)) in ((3, 0), (2, 0))
+    holder.close()  # the two unacked are requeued
+    assert wait_for_counts(channel, queue, (5, 0)) == (5, 0)
+
+
+def test_message_count_with_a_prefetch_limited_consumer(
+    broker: Broker, connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    channel = confirming_channel(connect())
+    queue = created.queue()
+    channel.queue_declare(queue)
+    publish(channel, queue, 10)
+    consumer = connect()
+    consumer_channel = consumer.channel()
+    consumer_channel.basic_qos(prefetch_count=4)
+    received: list[bytes] = []
+    consumer_channel.basic_consume(queue, lambda _c, _m, _p, body: received.append(body))
+    deadline = time.monotonic() + 10
+    while len(received) < 4 and time.monotonic() < deadline:
+        consumer.process_data_events(time_limit=0.02)
+    consumer.process_data_events(time_limit=0.3)
+    assert received == [b"m0", b"m1", b"m2", b"m3"]
+    if broker.is_rabbitmq:
+        assert wait_for_counts(channel, queue, (6, 1)) == (6, 1)
+        return
+    # The proxy: messages Pulsar already pushed to the consumer's receiver queue (at most
+    # twice the prefetch) count as unacked, not ready (docs/compatibility.md, "Counts").
+    ready, consumers = wait_for_counts(channel, queue, (6, 1))
+    assert consumers == 1
+    assert 6 - 2 * 4 <= ready <= 6
+
+
+# --- consumer_count -----------------------------------------------------------------
+
+
+def test_consumer_count_follows_consumers(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    observer = connect().channel()
+    queue = created.queue()
+    observer.queue_declare(queue)
+    first, second = connect(), connect()
+    first_channel, other_channel = first.channel(), first.channel()
+    tags = [
+        first_channel.basic_consume(queue, lambda *_: None),
+        first_channel.basic_consume(queue, lambda *_: None),
+        other_channel.basic_consume(queue, lambda *_: None),
+    ]
+    second.channel().basic_consume(queue, lambda *_: None)
+    assert wait_for_counts(observer, queue, (0, 4)) == (0, 4)
+    first_channel.basic_cancel(tags[0])
+    assert wait_for_counts(observer, queue, (0, 3)) == (0, 3)
+    second.close()
+    assert wait_for_counts(observer, queue, (0, 2)) == (0, 2)
+    first_channel.close()
+    assert wait_for_counts(observer, queue, (0, 1)) == (0, 1)
+    first.close()
+    assert wait_for_counts(observer, queue, (0, 0)) == (0, 0)
+
+
+# --- delete-ok / purge-ok -----------------------------------------------------------
+
+
+def test_delete_ok_message_count_is_the_number_of_messages(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = confirming_channel(connection)
+    queue = created.queue()
+    channel.queue_declare(queue)
+    publish(channel, queue, 7)
+    ok = channel.queue_delete(queue).method
+    assert (type(ok), ok.message_count) == (pika.spec.Queue.DeleteOk, 7)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        channel.queue_declare(queue, passive=True)
+    assert info.value.reply_code == 404
+
+
+def test_delete_ok_counts_ready_messages_only(
+    broker: Broker, connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    channel = confirming_channel(connect())
+    queue = created.queue()
+    channel.queue_declare(queue)
+    publish(channel, queue, 5)
+    holder = connect().channel()
+    for expected in (b"m0", b"m1"):
+        assert get_one(holder, queue)[2] == expected
+    deleted = channel.queue_delete(queue).method.message_count
+    if broker.is_rabbitmq:
+        assert deleted == 3
+    else:
+        # One further message may sit in the outstanding get's receiver queue, counted as
+        # unacked (docs/compatibility.md, "Counts").
+        assert deleted in (2, 3)
+
+
+def test_purge_ok_then_declare_ok_counts(connection: BlockingConnection, created: Created) -> None:
+    channel = confirming_channel(connection)
+    queue = created.queue()
+    channel.queue_declare(queue)
+    publish(channel, queue, 6)
+    assert channel.queue_purge(queue).method.message_count == 6
+    assert counts(channel, queue) == (0, 0)
+    publish(channel, queue, 2)
+    assert wait_for_counts(channel, queue, (2, 0)) == (2, 0)
