@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pika
 import pytest
+from pika.adapters.blocking_connection import BlockingConnection
 
 from starlight_py.local import (
     PulsarStandalone,
@@ -18,6 +20,7 @@ from starlight_py.local import (
     endpoints_from_env,
     ensure_pulsar_distribution,
 )
+from tests.support.amqp_fixtures import Created, delete_created
 from tests.support.proxy_runner import ProxyThread, proxy_config
 from tests.support.raw_amqp import RawClient
 
@@ -114,3 +117,41 @@ def proxy_only(broker: Broker) -> None:
     """For tests of our own settings or extensions, which a stock RabbitMQ cannot pass."""
     if broker.is_rabbitmq:
         pytest.skip("proxy-specific behaviour")
+
+
+# --- fixtures of the AMQP behaviour tests (test_topology_*.py, test_flow_*.py) --------
+
+
+@pytest.fixture
+def name_prefix(request: pytest.FixtureRequest) -> str:
+    """Prefix of the names `created` makes: the test module's NAME_PREFIX, else "test"."""
+    return str(getattr(request.module, "NAME_PREFIX", "test"))
+
+
+@pytest.fixture
+def created(broker: Broker, name_prefix: str) -> Iterator[Created]:
+    names = Created(name_prefix)
+    yield names
+    delete_created(broker.url(), names)
+
+
+@pytest.fixture
+def connect(broker: Broker, created: Created) -> Iterator[Callable[[], BlockingConnection]]:
+    """Opens more connections; all are closed before `created` cleans up (exclusive queues
+    go with them)."""
+    opened: list[BlockingConnection] = []
+
+    def open_connection() -> BlockingConnection:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url()))
+        opened.append(conn)
+        return conn
+
+    yield open_connection
+    for conn in opened:
+        if conn.is_open:
+            conn.close()
+
+
+@pytest.fixture
+def connection(connect: Callable[[], BlockingConnection]) -> BlockingConnection:
+    return connect()

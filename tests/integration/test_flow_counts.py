@@ -3,10 +3,8 @@ purge-ok message_count, exactly as RabbitMQ 3.10 reports them (ready messages on
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pika
 import pika.exceptions
@@ -17,92 +15,16 @@ from pamqp import header as pamqp_header
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from tests.integration.conftest import Broker
-from tests.support.raw_amqp import RawClient
+from tests.support import amqp_fixtures
+from tests.support.amqp_fixtures import Created, confirming_channel, get_one, raw_channel
 
-# --- helpers (each flow test module carries its own small copy) -----------------------
+# --- helpers (shared ones: tests/support/amqp_fixtures.py; fixtures: conftest.py) -----
+
+NAME_PREFIX = "flow"  # of the names made here (the `created` fixture reads it)
 
 
 def unique(kind: str) -> str:
-    return f"flow-{kind}-{uuid.uuid4().hex[:12]}"
-
-
-class Created:
-    """Names one test creates; whatever is left is deleted (best effort) when it ends."""
-
-    def __init__(self) -> None:
-        self.exchanges: list[str] = []
-        self.queues: list[str] = []
-
-    def exchange(self, kind: str = "x") -> str:
-        name = unique(kind)
-        self.exchanges.append(name)
-        return name
-
-    def queue(self, kind: str = "q") -> str:
-        name = unique(kind)
-        self.queues.append(name)
-        return name
-
-
-@pytest.fixture
-def created(broker: Broker) -> Iterator[Created]:
-    names = Created()
-    yield names
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    try:
-        channel = connection.channel()
-        targets = [("queue", q) for q in names.queues]
-        targets += [("exchange", x) for x in names.exchanges]
-        for kind, name in targets:
-            try:
-                if kind == "queue":
-                    channel.queue_delete(name)
-                else:
-                    channel.exchange_delete(name)
-            except pika.exceptions.ChannelClosedByBroker:
-                channel = connection.channel()
-    finally:
-        connection.close()
-
-
-@pytest.fixture
-def connect(broker: Broker, created: Created) -> Iterator[Callable[[], BlockingConnection]]:
-    """Opens more connections; all are closed before `created` cleans up."""
-    opened: list[BlockingConnection] = []
-
-    def open_connection() -> BlockingConnection:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url()))
-        opened.append(conn)
-        return conn
-
-    yield open_connection
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
-
-
-@pytest.fixture
-def connection(connect: Callable[[], BlockingConnection]) -> BlockingConnection:
-    return connect()
-
-
-def confirming_channel(connection: BlockingConnection) -> BlockingChannel:
-    channel = connection.channel()
-    channel.confirm_delivery()
-    return channel
-
-
-def get_one(
-    channel: BlockingChannel, queue: str, timeout: float = 5.0
-) -> tuple[pika.spec.Basic.GetOk, pika.BasicProperties, bytes]:
-    """basic.get (manual ack) polled until a message comes, or fail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        method, properties, body = channel.basic_get(queue, auto_ack=False)
-        if method is not None:
-            return method, properties, body
-        assert time.monotonic() < deadline, f"no message in {queue} after {timeout}s"
-        time.sleep(0.02)
+    return amqp_fixtures.unique(kind, NAME_PREFIX)
 
 
 def counts(channel: BlockingChannel, queue: str) -> tuple[int, int]:
@@ -142,17 +64,6 @@ def test_declare_ok_message_count_after_confirmed_publishes(
     assert wait_for_counts(channel, queue, (25, 0)) == (25, 0)
     ok = channel.queue_declare(queue).method  # a non-passive redeclare answers the same
     assert (ok.queue, ok.message_count, ok.consumer_count) == (queue, 25, 0)
-
-
-@contextlib.contextmanager
-def raw_channel(broker: Broker) -> Iterator[RawClient]:
-    client = broker.raw()
-    try:
-        client.handshake()
-        assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
-        yield client
-    finally:
-        client.close()
 
 
 def test_declare_ok_message_count_after_pipelined_confirmed_publishes(

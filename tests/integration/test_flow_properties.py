@@ -5,14 +5,11 @@ bodies, and the same through aio-pika and kombu."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import decimal
 import random
 import struct
 import time
-import uuid
-from collections.abc import Callable, Iterator
 
 import aio_pika
 import aio_pika.abc
@@ -22,133 +19,20 @@ import pika.exceptions
 import pytest
 from pamqp import body as pamqp_body
 from pamqp import commands, frame
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.blocking_connection import BlockingConnection
 
 from tests.integration.conftest import Broker
+from tests.support import amqp_fixtures
+from tests.support.amqp_fixtures import Created, confirming_channel, get_one, raw_channel
 from tests.support.raw_amqp import RawClient
 
-# --- helpers (each flow test module carries its own small copy) -----------------------
+# --- helpers (shared ones: tests/support/amqp_fixtures.py; fixtures: conftest.py) -----
+
+NAME_PREFIX = "flow"  # of the names made here (the `created` fixture reads it)
 
 
 def unique(kind: str) -> str:
-    return f"flow-{kind}-{uuid.uuid4().hex[:12]}"
-
-
-class Created:
-    """Names one test creates; whatever is left is deleted (best effort) when it ends."""
-
-    def __init__(self) -> None:
-        self.exchanges: list[str] = []
-        self.queues: list[str] = []
-
-    def exchange(self, kind: str = "x") -> str:
-        name = unique(kind)
-        self.exchanges.append(name)
-        return name
-
-    def queue(self, kind: str = "q") -> str:
-        name = unique(kind)
-        self.queues.append(name)
-        return name
-
-
-@pytest.fixture
-def created(broker: Broker) -> Iterator[Created]:
-    names = Created()
-    yield names
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    try:
-        channel = connection.channel()
-        targets = [("queue", q) for q in names.queues]
-        targets += [("exchange", x) for x in names.exchanges]
-        for kind, name in targets:
-            try:
-                if kind == "queue":
-                    channel.queue_delete(name)
-                else:
-                    channel.exchange_delete(name)
-            except pika.exceptions.ChannelClosedByBroker:
-                channel = connection.channel()
-    finally:
-        connection.close()
-
-
-@pytest.fixture
-def connect(broker: Broker, created: Created) -> Iterator[Callable[[], BlockingConnection]]:
-    """Opens more connections; all are closed before `created` cleans up."""
-    opened: list[BlockingConnection] = []
-
-    def open_connection() -> BlockingConnection:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url()))
-        opened.append(conn)
-        return conn
-
-    yield open_connection
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
-
-
-@pytest.fixture
-def connection(connect: Callable[[], BlockingConnection]) -> BlockingConnection:
-    return connect()
-
-
-def confirming_channel(connection: BlockingConnection) -> BlockingChannel:
-    channel = connection.channel()
-    channel.confirm_delivery()
-    return channel
-
-
-def drain(
-    channel: BlockingChannel,
-    queue: str,
-    expected: int,
-    timeout: float = 5.0,
-    settle: float = 0.3,
-) -> list[bytes]:
-    """Bodies fetched with basic.get (auto-ack): polls until `expected` messages arrived or
-    `timeout`, then `settle` seconds more so that any message beyond them shows up too."""
-    bodies: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(bodies) < expected and time.monotonic() < deadline:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            time.sleep(0.02)
-        else:
-            bodies.append(body)
-    quiet_until = time.monotonic() + settle
-    while time.monotonic() < quiet_until:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            time.sleep(0.02)
-        else:
-            bodies.append(body)
-    return bodies
-
-
-@contextlib.contextmanager
-def raw_channel(broker: Broker) -> Iterator[RawClient]:
-    client = broker.raw()
-    try:
-        client.handshake()
-        assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
-        yield client
-    finally:
-        client.close()
-
-
-def get_one(
-    channel: BlockingChannel, queue: str, timeout: float = 5.0
-) -> tuple[pika.spec.Basic.GetOk, pika.BasicProperties, bytes]:
-    """basic.get (auto-ack) polled until a message comes, or fail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        method, properties, body = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            return method, properties, body
-        assert time.monotonic() < deadline, f"no message in {queue} after {timeout}s"
-        time.sleep(0.02)
+    return amqp_fixtures.unique(kind, NAME_PREFIX)
 
 
 def consume_one(
@@ -169,7 +53,7 @@ def receive(
     connection: BlockingConnection, queue: str, path: str
 ) -> tuple[pika.BasicProperties, bytes]:
     if path == "get":
-        _, properties, body = get_one(connection.channel(), queue)
+        _, properties, body = get_one(connection.channel(), queue, auto_ack=True)
     else:
         _, properties, body = consume_one(connection, queue)
     return properties, body
@@ -425,7 +309,7 @@ def test_body_comes_back_identical(
     channel.queue_declare(queue, exclusive=True)
     payload = bytes(random.Random(size).getrandbits(8) for _ in range(size))
     channel.basic_publish("", queue, payload)
-    method, _, body = get_one(connection.channel(), queue)
+    method, _, body = get_one(connection.channel(), queue, auto_ack=True)
     assert (len(body), body == payload) == (size, True)
     assert method.message_count == 0
 

@@ -3,10 +3,8 @@ which side closes (channel or connection) and the stable part of the reply text.
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pika
 import pika.exceptions
@@ -15,89 +13,16 @@ from pamqp import commands
 from pika.adapters.blocking_connection import BlockingConnection
 
 from tests.integration.conftest import Broker
-from tests.support.raw_amqp import RawClient
+from tests.support import amqp_fixtures
+from tests.support.amqp_fixtures import Created, closes_channel, next_reply, raw_channel
 
-# --- helpers (each topology test module carries its own small copy) -------------------
+# --- helpers (shared ones: tests/support/amqp_fixtures.py; fixtures: conftest.py) -----
+
+NAME_PREFIX = "topo"  # of the names made here (the `created` fixture reads it)
 
 
 def unique(kind: str) -> str:
-    return f"topo-{kind}-{uuid.uuid4().hex[:12]}"
-
-
-class Created:
-    """Names one test creates; whatever is left is deleted (best effort) when it ends."""
-
-    def __init__(self) -> None:
-        self.exchanges: list[str] = []
-        self.queues: list[str] = []
-
-    def exchange(self, kind: str = "x") -> str:
-        name = unique(kind)
-        self.exchanges.append(name)
-        return name
-
-    def queue(self, kind: str = "q") -> str:
-        name = unique(kind)
-        self.queues.append(name)
-        return name
-
-
-@pytest.fixture
-def created(broker: Broker) -> Iterator[Created]:
-    names = Created()
-    yield names
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    try:
-        channel = connection.channel()
-        targets = [("queue", q) for q in names.queues]
-        targets += [("exchange", x) for x in names.exchanges]
-        for kind, name in targets:
-            try:
-                if kind == "queue":
-                    channel.queue_delete(name)
-                else:
-                    channel.exchange_delete(name)
-            except pika.exceptions.ChannelClosedByBroker:
-                channel = connection.channel()
-    finally:
-        connection.close()
-
-
-@pytest.fixture
-def connection(broker: Broker, created: Created) -> Iterator[BlockingConnection]:
-    # Depends on `created` so that it closes first (exclusive queues go with it).
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    yield conn
-    if conn.is_open:
-        conn.close()
-
-
-def closes_channel(
-    connection: BlockingConnection, action: Callable[[], object]
-) -> pika.exceptions.ChannelClosedByBroker:
-    """Run `action`, which must make the broker close the channel (not the connection)."""
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        action()
-    assert connection.is_open
-    assert connection.channel().is_open
-    return info.value
-
-
-@contextlib.contextmanager
-def raw_channel(broker: Broker) -> Iterator[RawClient]:
-    client = broker.raw()
-    try:
-        client.handshake()
-        assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
-        yield client
-    finally:
-        client.close()
-
-
-def next_reply(client: RawClient) -> object:
-    channel, method = client.read_method()
-    assert channel == 1, (channel, method)
-    return method
+    return amqp_fixtures.unique(kind, NAME_PREFIX)
 
 
 # --- declare ------------------------------------------------------------------------

@@ -6,115 +6,23 @@ basic.get: they depend on publish/get working too (message flow)."""
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from collections.abc import Callable, Iterator
 
 import aio_pika
 import pika
 import pika.exceptions
-import pytest
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.blocking_connection import BlockingConnection
 
 from tests.integration.conftest import Broker
+from tests.support import amqp_fixtures
+from tests.support.amqp_fixtures import Created, closes_channel, confirming_channel, drain
 
-# --- helpers (each topology test module carries its own small copy) -------------------
+# --- helpers (shared ones: tests/support/amqp_fixtures.py; fixtures: conftest.py) -----
+
+NAME_PREFIX = "topo"  # of the names made here (the `created` fixture reads it)
 
 
 def unique(kind: str) -> str:
-    return f"topo-{kind}-{uuid.uuid4().hex[:12]}"
-
-
-class Created:
-    """Names one test creates; whatever is left is deleted (best effort) when it ends."""
-
-    def __init__(self) -> None:
-        self.exchanges: list[str] = []
-        self.queues: list[str] = []
-
-    def exchange(self, kind: str = "x") -> str:
-        name = unique(kind)
-        self.exchanges.append(name)
-        return name
-
-    def queue(self, kind: str = "q") -> str:
-        name = unique(kind)
-        self.queues.append(name)
-        return name
-
-
-@pytest.fixture
-def created(broker: Broker) -> Iterator[Created]:
-    names = Created()
-    yield names
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    try:
-        channel = connection.channel()
-        targets = [("queue", q) for q in names.queues]
-        targets += [("exchange", x) for x in names.exchanges]
-        for kind, name in targets:
-            try:
-                if kind == "queue":
-                    channel.queue_delete(name)
-                else:
-                    channel.exchange_delete(name)
-            except pika.exceptions.ChannelClosedByBroker:
-                channel = connection.channel()
-    finally:
-        connection.close()
-
-
-@pytest.fixture
-def connection(broker: Broker, created: Created) -> Iterator[BlockingConnection]:
-    # Depends on `created` so that it closes first (exclusive queues go with it).
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    yield conn
-    if conn.is_open:
-        conn.close()
-
-
-def closes_channel(
-    connection: BlockingConnection, action: Callable[[], object]
-) -> pika.exceptions.ChannelClosedByBroker:
-    """Run `action`, which must make the broker close the channel (not the connection)."""
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        action()
-    assert connection.is_open
-    assert connection.channel().is_open
-    return info.value
-
-
-def drain(
-    channel: BlockingChannel,
-    queue: str,
-    expected: int,
-    timeout: float = 5.0,
-    settle: float = 0.3,
-) -> list[bytes]:
-    """Bodies fetched with basic.get (auto-ack): polls until `expected` messages arrived or
-    `timeout`, then `settle` seconds more so that any message beyond them shows up too."""
-    bodies: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(bodies) < expected and time.monotonic() < deadline:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            time.sleep(0.02)
-        else:
-            bodies.append(body)
-    quiet_until = time.monotonic() + settle
-    while time.monotonic() < quiet_until:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            time.sleep(0.02)
-        else:
-            bodies.append(body)
-    return bodies
-
-
-def confirming_channel(connection: BlockingConnection) -> BlockingChannel:
-    channel = connection.channel()
-    channel.confirm_delivery()
-    return channel
+    return amqp_fixtures.unique(kind, NAME_PREFIX)
 
 
 def headers(**values: object) -> pika.BasicProperties:

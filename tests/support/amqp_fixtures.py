@@ -1,0 +1,161 @@
+"""Helpers shared by the AMQP behaviour tests (tests/integration/test_topology_*.py and
+test_flow_*.py): generated names and their cleanup, polling basic.get, confirms, raw
+channels. The pytest fixtures built on them live in tests/integration/conftest.py."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pika
+import pika.exceptions
+import pytest
+from pamqp import commands
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+from tests.support.raw_amqp import RawClient
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import Broker
+
+
+def unique(kind: str, prefix: str = "test") -> str:
+    return f"{prefix}-{kind}-{uuid.uuid4().hex[:12]}"
+
+
+class Created:
+    """Names one test creates; whatever is left is deleted (best effort) when it ends."""
+
+    def __init__(self, prefix: str = "test") -> None:
+        self.prefix = prefix
+        self.exchanges: list[str] = []
+        self.queues: list[str] = []
+
+    def exchange(self, kind: str = "x") -> str:
+        name = unique(kind, self.prefix)
+        self.exchanges.append(name)
+        return name
+
+    def queue(self, kind: str = "q") -> str:
+        name = unique(kind, self.prefix)
+        self.queues.append(name)
+        return name
+
+
+def delete_created(url: str, names: Created) -> None:
+    """Delete (best effort) the queues, then the exchanges, that `names` recorded."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        targets = [("queue", q) for q in names.queues]
+        targets += [("exchange", x) for x in names.exchanges]
+        for kind, name in targets:
+            try:
+                if kind == "queue":
+                    channel.queue_delete(name)
+                else:
+                    channel.exchange_delete(name)
+            except pika.exceptions.ChannelClosedByBroker:
+                channel = connection.channel()
+    finally:
+        connection.close()
+
+
+def closes_channel(
+    connection: BlockingConnection, action: Callable[[], object]
+) -> pika.exceptions.ChannelClosedByBroker:
+    """Run `action`, which must make the broker close the channel (not the connection)."""
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        action()
+    assert connection.is_open
+    assert connection.channel().is_open
+    return info.value
+
+
+def confirming_channel(connection: BlockingConnection) -> BlockingChannel:
+    channel = connection.channel()
+    channel.confirm_delivery()
+    return channel
+
+
+def drain(
+    channel: BlockingChannel,
+    queue: str,
+    expected: int,
+    timeout: float = 5.0,
+    settle: float = 0.3,
+) -> list[bytes]:
+    """Bodies fetched with basic.get (auto-ack): polls until `expected` messages arrived or
+    `timeout`, then `settle` seconds more so that any message beyond them shows up too."""
+    bodies: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(bodies) < expected and time.monotonic() < deadline:
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            time.sleep(0.02)
+        else:
+            bodies.append(body)
+    quiet_until = time.monotonic() + settle
+    while time.monotonic() < quiet_until:
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            time.sleep(0.02)
+        else:
+            bodies.append(body)
+    return bodies
+
+
+def get_one(
+    channel: BlockingChannel, queue: str, timeout: float = 5.0, *, auto_ack: bool = False
+) -> tuple[pika.spec.Basic.GetOk, pika.BasicProperties, bytes]:
+    """basic.get (manual ack unless `auto_ack`) polled until a message comes, or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        method, properties, body = channel.basic_get(queue, auto_ack=auto_ack)
+        if method is not None:
+            return method, properties, body
+        assert time.monotonic() < deadline, f"no message in {queue} after {timeout}s"
+        time.sleep(0.02)
+
+
+def pump(
+    connections: list[BlockingConnection],
+    done: Callable[[], bool],
+    timeout: float = 10.0,
+    settle: float = 0.3,
+    between: Callable[[], None] | None = None,
+) -> None:
+    """Process I/O on every connection until `done()` or `timeout`, then `settle` s more."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        for conn in connections:
+            conn.process_data_events(time_limit=0.02)
+            if between is not None:
+                between()
+    quiet_until = time.monotonic() + settle
+    while time.monotonic() < quiet_until:
+        for conn in connections:
+            conn.process_data_events(time_limit=0.02)
+            if between is not None:
+                between()
+
+
+@contextlib.contextmanager
+def raw_channel(broker: Broker) -> Iterator[RawClient]:
+    """A raw client past the handshake, with channel 1 open."""
+    client = broker.raw()
+    try:
+        client.handshake()
+        assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
+        yield client
+    finally:
+        client.close()
+
+
+def next_reply(client: RawClient) -> object:
+    channel, method = client.read_method()
+    assert channel == 1, (channel, method)
+    return method
