@@ -21,8 +21,6 @@ from starlight_py.model.naming import TopicName
 from starlight_py.model.positions import MessageIdRecord
 
 log = logging.getLogger("starlight.pulsar")
-_pulsar_log = logging.getLogger("starlight.pulsar.client")
-_pulsar_log.setLevel(logging.WARNING)
 
 
 class BackendError(Exception):
@@ -176,7 +174,10 @@ class PulsarBackend:
             operation_timeout_seconds=10,
             io_threads=1,
             message_listener_threads=1,
-            logger=_pulsar_log,
+            # pulsar-client's own logger at Warn: with a Python logger it takes the GIL for
+            # every DEBUG line it considers, which cost a quarter to a half of the proxy's
+            # CPU per message (docs/performance.md).
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
         )
 
     def create_producer(self, topic: TopicName) -> ProducerHandle:

@@ -178,6 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
         "Warn (filtered in C++, the fast setup; default) or 'python' = a logging.Logger at "
         "WARNING, as the proxy passes one (every client DEBUG line then takes the GIL)",
     )
+    parser.add_argument(
+        "--direct-batching",
+        choices=("off", "on"),
+        default="off",
+        help="producer batching of the direct pulsar-client baseline: 'off' = the proxy's "
+        "own producer settings and pulsar-client's default (default), 'on' = batches of up "
+        "to 1 ms",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write all results here")
     parser.add_argument(
         "--rabbitmq-url",
@@ -351,6 +359,7 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
         run_id=f"{os.getpid()}-{int(time.time())}",
         work_dir=work_dir,
         pulsar_logger=args.direct_logger,
+        pulsar_batching=args.direct_batching == "on",
     )
     document: dict[str, Any] = {
         "machine": machine,

@@ -76,6 +76,7 @@ class Settings:
     rate: float = 0.0
     progress_every: float = PROGRESS_EVERY
     pulsar_logger: str = "file"
+    pulsar_batching: bool = False
 
 
 @dataclass
@@ -253,6 +254,7 @@ def _spec(
         producers=1,
         deadline=max(5.0, settings.timeout - 3),
         pulsar_logger=settings.pulsar_logger,
+        pulsar_batching=settings.pulsar_batching,
     )
 
 

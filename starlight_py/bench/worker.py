@@ -63,6 +63,7 @@ class WorkerSpec:
     # pulsar: "file" = pulsar.FileLogger at Warn, filtered in C++; "python" = a Python
     # logging.Logger at WARNING, as the proxy passes it (see docs/performance.md).
     pulsar_logger: str = "file"
+    pulsar_batching: bool = False  # pulsar: producer batching (1 ms window) on
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -360,16 +361,19 @@ def _pulsar_client(spec: WorkerSpec) -> Any:
     return pulsar.Client(spec.url, operation_timeout_seconds=15, logger=logger)
 
 
-def _pulsar_producer(client: Any, topic: str) -> Any:
-    # The proxy's producer settings (backend/pulsar_client.py), so the two differ only in
-    # what sits between the client and Pulsar.
+def _pulsar_producer(client: Any, spec: WorkerSpec) -> Any:
+    # By default the proxy's producer settings (backend/pulsar_client.py: no batching), so
+    # the two differ only in what sits between the client and Pulsar; ``batching`` shows
+    # what client-side batching (1 ms window) adds.
+    batching: dict[str, Any] = {"batching_enabled": spec.pulsar_batching}
+    if spec.pulsar_batching:
+        batching["batching_max_publish_delay_ms"] = 1
     return client.create_producer(
-        topic,
-        batching_enabled=True,
-        batching_max_publish_delay_ms=1,
+        spec.queue,
         max_pending_messages=5000,
         block_if_queue_full=True,
         send_timeout_millis=30000,
+        **batching,
     )
 
 
@@ -378,7 +382,7 @@ def pulsar_each_producer(spec: WorkerSpec, deadline: Deadline) -> dict[str, Any]
     client = _pulsar_client(spec)
     plan = Plan(spec)
     try:
-        producer = _pulsar_producer(client, spec.queue)
+        producer = _pulsar_producer(client, spec)
         emit("ready")
         wait_go(deadline)
         for i in range(spec.warmup):
@@ -429,7 +433,7 @@ def pulsar_pipelined_producer(spec: WorkerSpec, deadline: Deadline) -> dict[str,
             return counts["ok"] - before_ok
 
     try:
-        producer = _pulsar_producer(client, spec.queue)
+        producer = _pulsar_producer(client, spec)
         emit("ready")
         wait_go(deadline)
         if spec.warmup:
