@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pamqp import commands, header
@@ -51,12 +51,13 @@ class DecodedMessage:
     routing_key: str
     raw_properties: bytes  # AMQP property flags and values, delivered as they are
     body: bytes
+    # The same properties decoded (decode() needs them once to validate the raw bytes).
+    decoded_properties: commands.Basic.Properties = field(compare=False, repr=False)
 
     @property
     def properties(self) -> commands.Basic.Properties:
-        """Decoded on demand (headers-exchange filtering, tests): the hot path forwards the
-        raw bytes."""
-        return decode_raw_properties(self.raw_properties)
+        """For headers-exchange filtering and tests; deliveries forward the raw bytes."""
+        return self.decoded_properties
 
 
 def _text(value: Any) -> str:
@@ -109,8 +110,9 @@ def decode(
     if encoded is not None:
         try:
             raw = base64.b64decode(encoded, validate=True)
-            decode_raw_properties(raw)  # a corrupt value falls back to the readable form
-            return DecodedMessage(exchange, routing_key, raw, body)
+            # Decoding also validates: a corrupt value falls back to the readable form.
+            properties = decode_raw_properties(raw)
+            return DecodedMessage(exchange, routing_key, raw, body, properties)
         except (ValueError, AMQPError):
             pass
     headers: dict[str, Any] = {
@@ -128,4 +130,4 @@ def decode(
         correlation_id=pulsar_properties.get("amqp.correlation_id"),
     )
     raw = header.ContentHeader(0, 0, properties).marshal()[12:]
-    return DecodedMessage(exchange, routing_key, raw, body)
+    return DecodedMessage(exchange, routing_key, raw, body, properties)

@@ -52,7 +52,8 @@ class TopologyCache:
         # (vhost, exchange) -> {(queue, topic): BindingSet}
         self._sets_by_exchange: dict[tuple[str, str], dict[tuple[str, str], BindingSet]] = {}
         self._set_keys: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
-        self._sets_by_queue_topic: dict[tuple[str, str, str], BindingSet] = {}
+        # (vhost, queue) -> {topic: BindingSet}
+        self._sets_by_queue: dict[tuple[str, str], dict[str, BindingSet]] = {}
         self._retired: dict[tuple[str, str], RetiredSubscription] = {}
         self.ready = threading.Event()
         self.changes = 0
@@ -90,13 +91,11 @@ class TopologyCache:
 
     def binding_sets_of_queue(self, vhost: str, queue: str) -> list[BindingSet]:
         with self._lock:
-            return [
-                s for (v, q, _), s in self._sets_by_queue_topic.items() if v == vhost and q == queue
-            ]
+            return list(self._sets_by_queue.get((vhost, queue), {}).values())
 
     def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
         with self._lock:
-            return self._sets_by_queue_topic.get((vhost, queue, topic))
+            return self._sets_by_queue.get((vhost, queue), {}).get(topic)
 
     def has_route(
         self,
@@ -182,10 +181,13 @@ class TopologyCache:
                     set_key = (record.queue, record.topic)
                     self._sets_by_exchange.setdefault(exchange_key, {})[set_key] = record
                     self._set_keys[path_key] = (exchange_key, set_key)
-                    self._sets_by_queue_topic[(vhost, *set_key)] = record
+                    self._sets_by_queue.setdefault((vhost, record.queue), {})[record.topic] = record
                 elif raw is None and path_key in self._set_keys:
                     exchange_key, set_key = self._set_keys.pop(path_key)
-                    self._sets_by_queue_topic.pop((vhost, *set_key), None)
+                    queue_sets = self._sets_by_queue.get((vhost, set_key[0]), {})
+                    queue_sets.pop(set_key[1], None)
+                    if not queue_sets:
+                        self._sets_by_queue.pop((vhost, set_key[0]), None)
                     sets = self._sets_by_exchange.get(exchange_key, {})
                     sets.pop(set_key, None)
                     if not sets:

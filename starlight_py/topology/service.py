@@ -34,6 +34,7 @@ from starlight_py.metadata.records import (
     decode,
     encode,
     now,
+    segment,
 )
 from starlight_py.metadata.zookeeper import (
     Check,
@@ -140,8 +141,13 @@ class TopologyService:
     def draining(self, vhost: str, queue: str) -> list[tuple[RetiredSubscription, int]]:
         """Retired subscriptions of `queue` that still hold messages routed to it."""
         base = self.paths.retired(vhost)
+        # Retired records are named after their subscription, `E(queue)~~id`: skip other
+        # queues' records by name instead of reading every one of them.
+        prefix = segment(naming.escape(queue) + naming.SEPARATOR)
         found_records = []
         for child in self.zk.children(base):
+            if not child.startswith(prefix):
+                continue
             found = self._read(f"{base}/{child}")
             if found is not None and found[0].queue == queue and found[0].drain:
                 found_records.append(found)
