@@ -107,6 +107,13 @@ class ProducerHandle:
             done(False, str(e))
         return not full.is_set()
 
+    def flush(self) -> None:
+        """Block until every send so far is written (or failed)."""
+        try:
+            self._producer.flush()
+        except pulsar.PulsarException as e:
+            log.debug("flushing producer: %s", e)
+
     def close(self) -> None:
         try:
             self._producer.close()

@@ -22,7 +22,7 @@ import logging
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 from pamqp import commands
@@ -38,7 +38,8 @@ from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.routing import any_binding_routes
-from starlight_py.topology.service import TopologyService
+from starlight_py.model.topology import Queue
+from starlight_py.topology.service import TopologyService, expires_after
 
 log = logging.getLogger("starlight.consume")
 
@@ -72,6 +73,12 @@ class AmqpConsumer:
     unacked: int = 0
     started: bool = False
     cancelled: bool = False
+    record: Queue | None = None  # the queue as declared (auto-delete, x-expires)
+    registered: bool = False  # in ZooKeeper's consumers of the queue
+
+    @property
+    def registry_name(self) -> str:
+        return f"{self.channel}/{self.tag}"
 
 
 @dataclass
@@ -168,7 +175,7 @@ class Consumers:
         tag = _name(method.consumer_tag) or "amq.ctag-" + secrets.token_urlsafe(16)[:22]
         if tag in state.consumers:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'", (60, 20))
-        await trio.to_thread.run_sync(
+        record = await trio.to_thread.run_sync(
             self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 20)
         )
         sets = [
@@ -186,15 +193,27 @@ class Consumers:
             state.prefetch_consumer,
             bool(method.exclusive),
             Batcher(self._token, lambda items: None),
+            record=record,
         )
         consumer.batcher = Batcher(self._token, lambda items: self._on_messages(consumer, items))
         state.consumers[tag] = consumer
         try:
+            # Registered first: an auto-delete racing this consume on another proxy either
+            # sees the consumer or deletes the queue before it registers (then NotFound).
+            await trio.to_thread.run_sync(
+                self.topology.register_consumer,
+                self.ctx.vhost,
+                record,
+                f"{self.prefix}/{consumer.registry_name}",
+            )
+            consumer.registered = True
             for binding_set in sets:
                 await self._subscribe(consumer, binding_set)
         except BaseException:
             state.consumers.pop(tag, None)
             await self._close_handles(list(consumer.handles.values()))
+            with trio.CancelScope(shield=True):
+                await self._unregister(consumer, auto_delete=False)
             raise
         if not method.nowait:
             self.conn.send_method(number, commands.Basic.ConsumeOk(tag))
@@ -253,10 +272,41 @@ class Consumers:
                     if still is None:
                         await self._server_cancel(state, consumer, notify)
                     continue
-                for binding_set in self.cache.binding_sets_of_queue(self.ctx.vhost, consumer.queue):
+                current = self.cache.binding_sets_of_queue(self.ctx.vhost, consumer.queue)
+                for binding_set in current:
                     if binding_set.subscription not in consumer.handles:
                         await self._subscribe(consumer, binding_set)
+                await self._let_go_of_retired(state, consumer, current)
         self.kick()
+
+    async def _let_go_of_retired(
+        self, state: ChannelState, consumer: AmqpConsumer, current: list[BindingSet]
+    ) -> None:
+        """Close the consumer's Pulsar consumers on subscriptions no longer read for its
+        queue (drained retired ones, about to be deleted by the SubscriptionCleaner, which
+        would otherwise reconnect and make the subscription again)."""
+        active = {b.subscription for b in current}
+        stale = []
+        for subscription in consumer.handles:
+            if subscription in active:
+                continue
+            retired = self.cache.retired(self.ctx.vhost, subscription)
+            if retired is None or not retired.drain:
+                stale.append(subscription)
+        if not stale:
+            return
+        # The cache may lag behind a binding made a moment ago: ask ZooKeeper.
+        fresh = await trio.to_thread.run_sync(
+            self.topology.binding_sets, self.ctx.vhost, consumer.queue
+        )
+        still_read = {b.subscription for b, _ in fresh}
+        holding = {id(u.handle) for u in state.unacked.values()}
+        for subscription in stale:
+            handle = consumer.handles.get(subscription)
+            if subscription in still_read or handle is None or id(handle) in holding:
+                continue
+            del consumer.handles[subscription]
+            await trio.to_thread.run_sync(handle.close)
 
     async def _server_cancel(
         self, state: ChannelState, consumer: AmqpConsumer, notify: bool
@@ -267,6 +317,29 @@ class Consumers:
         if notify:
             self.conn.send_method(state.number, commands.Basic.Cancel(consumer.tag, nowait=True))
         await self._close_handles(list(consumer.handles.values()))
+        await self._unregister(consumer, auto_delete=False)
+
+    async def _unregister(self, consumer: AmqpConsumer, auto_delete: bool = True) -> None:
+        """Take the consumer out of ZooKeeper's record; an auto-delete queue left without
+        consumers goes (RabbitMQ: when its last consumer is cancelled or gone)."""
+        if not consumer.registered or consumer.record is None:
+            return
+        consumer.registered = False
+        record = consumer.record
+        if not auto_delete:
+            record = replace(record, auto_delete=False)
+        try:
+            await trio.to_thread.run_sync(
+                self.topology.unregister_consumer,
+                self.ctx.vhost,
+                self.ctx.namespace,
+                record,
+                f"{self.prefix}/{consumer.registry_name}",
+            )
+        except Exception as e:
+            # The ephemeral znode goes with this proxy's session at the latest; the
+            # SubscriptionCleaner then does what is left (auto-delete).
+            log.warning("could not unregister consumer %s of %r: %s", consumer.tag, record.name, e)
 
     # ---- delivery (trio thread, synchronous) ------------------------------------------------
 
@@ -457,6 +530,9 @@ class Consumers:
             holding = {u.handle for u in state.unacked.values() if u.consumer_tag == tag}
             idle = [h for h in consumer.handles.values() if h not in holding]
             await self._close_handles(idle)
+            # Before cancel-ok: a client that sees cancel-ok no longer sees an auto-delete
+            # queue whose last consumer this was.
+            await self._unregister(consumer)
         if not nowait:
             self.conn.send_method(number, commands.Basic.CancelOk(tag))
 
@@ -477,9 +553,11 @@ class Consumers:
 
     async def _get(self, state: ChannelState, queue: str, no_ack: bool) -> None:
         number = state.number
-        await trio.to_thread.run_sync(
+        record = await trio.to_thread.run_sync(
             self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 70)
         )
+        if expires_after(record) is not None:
+            await trio.to_thread.run_sync(self.topology.touch_queue, self.ctx.vhost, queue, True)
         sets = [
             s
             for s, _ in await trio.to_thread.run_sync(
@@ -598,6 +676,8 @@ class Consumers:
             handles.extend(consumer.handles.values())
         handles.extend(u.handle for u in state.unacked.values())
         await self._close_handles(list({id(h): h for h in handles}.values()))
+        for consumer in state.consumers.values():
+            await self._unregister(consumer)
 
     async def close_all(self) -> None:
         for number in list(self.channels):

@@ -59,6 +59,13 @@ class ProducerPool:
                 self._producers[key] = producer
         return producer
 
+    def flush_all(self) -> None:
+        """Blocking: wait until every publish handed to Pulsar so far is written. An unbind
+        records the topic's last message as the binding's end, so a message published
+        before the unbind must be written before it (RabbitMQ routes it at publish)."""
+        for producer in list(self._producers.values()):
+            producer.flush()
+
     def close(self) -> None:
         for producer in self._producers.values():
             producer.close()

@@ -3,6 +3,7 @@ thread), AMQP replies out. RabbitMQ's name rules and reply texts come from model
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -56,8 +57,12 @@ def resolve_queue_name(
 
 
 class TopologyMethods:
-    def __init__(self, service: TopologyService) -> None:
+    def __init__(
+        self, service: TopologyService, flush_publishes: Callable[[], None] = lambda: None
+    ) -> None:
         self.service = service
+        # Before an unbind or a delete: publishes made before it must be written first.
+        self.flush_publishes = flush_publishes
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(call, *args)
@@ -113,6 +118,7 @@ class TopologyMethods:
     ) -> None:
         name = _text(method.exchange)
         check_exchange_deletable(name, ctx.vhost)
+        await self._run(self.flush_publishes)
         await self._run(self.service.delete_exchange, ctx.vhost, name, bool(method.if_unused))
         if not method.nowait:
             reply(commands.Exchange.DeleteOk())
@@ -211,6 +217,7 @@ class TopologyMethods:
         exchange = _text(method.exchange)
         check_not_default_exchange(exchange, (50, 50))
         queue = self._queue_name(ctx, session, _text(method.queue), (50, 50))
+        await self._run(self.flush_publishes)
         await self._run(
             self.service.unbind,
             ctx.vhost,
@@ -225,8 +232,22 @@ class TopologyMethods:
 
     async def release_connection(self, ctx: VhostContext) -> None:
         """The connection closed: its exclusive queues go with it."""
-        for name in sorted(ctx.exclusive_queues):
-            await self._run(
-                self.service.delete_queue, ctx.vhost, ctx.namespace, name, False, False, ctx.owner
-            )
-        ctx.exclusive_queues.clear()
+        try:
+            for name in sorted(ctx.exclusive_queues):
+                await self._run(
+                    self.service.delete_queue,
+                    ctx.vhost,
+                    ctx.namespace,
+                    name,
+                    False,
+                    False,
+                    ctx.owner,
+                )
+                ctx.exclusive_queues.discard(name)
+        finally:
+            # What could not be deleted (ZooKeeper or Pulsar down) loses its owner znode,
+            # so the SubscriptionCleaner deletes it later.
+            for name in sorted(ctx.exclusive_queues):
+                with contextlib.suppress(Exception):
+                    await self._run(self.service.release_owner, ctx.vhost, name)
+            ctx.exclusive_queues.clear()

@@ -32,7 +32,7 @@ from starlight_py.model.topology import Exchange, Queue
 log = logging.getLogger("starlight.cache")
 
 
-def _name(segment: str) -> str:
+def name_of(segment: str) -> str:
     """Inverse of records.segment: '~' is the empty name, '~2E'-dots are '.' and '..'."""
     if segment == "~":
         return ""
@@ -93,6 +93,25 @@ class TopologyCache:
         with self._lock:
             return list(self._sets_by_queue.get((vhost, queue), {}).values())
 
+    def queues(self) -> list[tuple[str, Queue]]:
+        """Every queue, as (vhost, queue)."""
+        with self._lock:
+            return [(vhost, queue) for (vhost, _), queue in self._queues.items()]
+
+    def retired_records(self) -> list[tuple[str, RetiredSubscription]]:
+        """Every retired subscription, as (vhost, record)."""
+        with self._lock:
+            return [(vhost, record) for (vhost, _), record in self._retired.items()]
+
+    def all_binding_sets(self) -> list[tuple[str, BindingSet]]:
+        """Every active binding set, as (vhost, set)."""
+        with self._lock:
+            return [
+                (vhost, binding_set)
+                for (vhost, _), sets in self._sets_by_queue.items()
+                for binding_set in sets.values()
+            ]
+
     def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
         with self._lock:
             return self._sets_by_queue.get((vhost, queue), {}).get(topic)
@@ -142,6 +161,8 @@ class TopologyCache:
             return
         parts = path[len(self._prefix) :].split("/")
         removed = event.event_type == TreeEvent.NODE_REMOVED
+        if not _indexed(parts):
+            return  # consumers, owners, usage marks: nothing routing or consumers follow
         try:
             self._apply(parts, None if removed else data.data)
         except (RecordError, ValueError) as e:
@@ -153,10 +174,11 @@ class TopologyCache:
             callback()
 
     def _apply(self, parts: list[str], raw: bytes | None) -> None:
+        """Index one znode's record (None: removed); only for paths `_indexed` accepts."""
         if len(parts) < 3:
             return
-        vhost = _name(parts[0])
-        kind, name = parts[1], _name(parts[2])
+        vhost = name_of(parts[0])
+        kind, name = parts[1], name_of(parts[2])
         record = decode(raw) if raw else None
         with self._lock:
             if kind == "exchanges" and len(parts) == 3:
@@ -192,3 +214,11 @@ class TopologyCache:
                     sets.pop(set_key, None)
                     if not sets:
                         self._sets_by_exchange.pop(exchange_key, None)
+
+
+def _indexed(parts: list[str]) -> bool:
+    """Whether a path (split below the vhosts znode) is one the cache indexes: exchanges,
+    queues, retired subscriptions and binding sets."""
+    if len(parts) == 3:
+        return parts[1] in ("exchanges", "queues", "retired")
+    return len(parts) == 5 and parts[1] == "queues" and parts[3] == "bindings"

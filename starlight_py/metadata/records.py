@@ -7,7 +7,13 @@ Layout under the root (default `/starlight`), version 1:
     {root}/v1/vhosts/{vhost}/exchanges/{name}/bound/{queue}~~{topic}   (empty: index of bindings)
     {root}/v1/vhosts/{vhost}/queues/{name}            Queue
     {root}/v1/vhosts/{vhost}/queues/{name}/bindings/{topic}           BindingSet
+    {root}/v1/vhosts/{vhost}/queues/{name}/consumers/{consumer}  (ephemeral, per AMQP consumer)
+    {root}/v1/vhosts/{vhost}/queues/{name}/owner      (ephemeral: exclusive queue's connection)
+    {root}/v1/vhosts/{vhost}/queues/{name}/consumed   (empty: an auto-delete queue had a consumer)
+    {root}/v1/vhosts/{vhost}/queues/{name}/used       (x-expires queues: written when used)
     {root}/v1/vhosts/{vhost}/retired/{subscription}   RetiredSubscription
+    {root}/v1/proxies/{proxy-id}                      ProxyRecord (ephemeral)
+    {root}/v1/cleaner/candidate-{sequence}            (ephemeral: SubscriptionCleaner election)
 
 Each vhost is its own subtree, so writes to one vhost never touch another's znodes, and no
 znode's data grows with the number of queues or bindings (lists are children, not data).
@@ -86,6 +92,32 @@ class Paths:
 
     def binding_set(self, vhost: str, queue: str, topic: str) -> str:
         return f"{self.queue_bindings(vhost, queue)}/{topic_segment(topic)}"
+
+    def queue_consumers(self, vhost: str, queue: str) -> str:
+        return f"{self.queue(vhost, queue)}/consumers"
+
+    def queue_consumer(self, vhost: str, queue: str, consumer: str) -> str:
+        return f"{self.queue_consumers(vhost, queue)}/{segment(consumer)}"
+
+    def queue_owner(self, vhost: str, queue: str) -> str:
+        return f"{self.queue(vhost, queue)}/owner"
+
+    def queue_consumed(self, vhost: str, queue: str) -> str:
+        return f"{self.queue(vhost, queue)}/consumed"
+
+    def queue_used(self, vhost: str, queue: str) -> str:
+        return f"{self.queue(vhost, queue)}/used"
+
+    @property
+    def proxies(self) -> str:
+        return f"{self.root}/v1/proxies"
+
+    def proxy(self, proxy_id: str) -> str:
+        return f"{self.proxies}/{segment(proxy_id)}"
+
+    @property
+    def cleaner_election(self) -> str:
+        return f"{self.root}/v1/cleaner"
 
     def retired(self, vhost: str) -> str:
         return f"{self.vhost(vhost)}/retired"

@@ -8,6 +8,7 @@ unreachable makes calls fail with MetadataUnavailable after `operation_timeout`,
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,8 @@ class TransactionFailed(Exception):
 class Create:
     path: str
     data: bytes = b""
+    # Ephemeral: owned by this process's session, gone when the session ends.
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,37 @@ class ZooKeeperClient:
     ) -> None:
         self.hosts = hosts
         self.operation_timeout = operation_timeout
+        self.session_timeout = session_timeout
         self.kazoo = KazooClient(hosts=hosts, timeout=session_timeout)
         self.kazoo.add_listener(self._on_state)
+        self._session_lost = False
+        self._stopping = False
+        self._new_session_callbacks: list[Callable[[], object]] = []
+
+    def on_new_session(self, callback: Callable[[], object]) -> None:
+        """Call `callback` (in a thread of its own) whenever a session replaces one that was
+        lost: the ephemeral znodes of the old session are gone and must be made again."""
+        self._new_session_callbacks.append(callback)
 
     def _on_state(self, state: str) -> None:
+        # Runs on kazoo's event thread: never block it (no ZooKeeper calls here).
         if state == KazooState.SUSPENDED:
             log.warning("ZooKeeper connection to %s suspended", self.hosts)
         elif state == KazooState.LOST:
-            log.warning("ZooKeeper session with %s lost", self.hosts)
+            self._session_lost = True
+            if self._stopping:
+                return
+            log.warning(
+                "ZooKeeper session with %s lost (its ephemeral znodes are gone)", self.hosts
+            )
         else:
             log.info("ZooKeeper connected to %s", self.hosts)
+            if self._session_lost:
+                self._session_lost = False
+                for callback in self._new_session_callbacks:
+                    threading.Thread(
+                        target=callback, name="zookeeper-new-session", daemon=True
+                    ).start()
 
     @property
     def connected(self) -> bool:
@@ -135,6 +159,7 @@ class ZooKeeperClient:
             raise MetadataUnavailable(f"cannot connect to ZooKeeper at {self.hosts}") from e
 
     def stop(self) -> None:
+        self._stopping = True
         self.kazoo.stop()
         self.kazoo.close()
 
@@ -168,6 +193,21 @@ class ZooKeeperClient:
         """Raises NodeAlreadyExists, NodeMissing (parent), MetadataUnavailable."""
         self._wait(self.kazoo.create_async, path, data, ephemeral=ephemeral)
 
+    def create_sequential(self, prefix: str, data: bytes = b"") -> str:
+        """An ephemeral znode named `prefix` + a 10-digit sequence number; returns its
+        path. Raises NodeMissing (parent), MetadataUnavailable."""
+        path: str = self._wait(self.kazoo.create_async, prefix, data, ephemeral=True, sequence=True)
+        return path
+
+    def modified_at(self, path: str) -> float | None:
+        """When the znode's data was last written (seconds since the epoch, ZooKeeper
+        server clock); None when it does not exist."""
+        try:
+            _, stat = self._wait(self.kazoo.get_async, path)
+        except NodeMissing:
+            return None
+        return float(stat.mtime) / 1000
+
     def ensure_path(self, path: str) -> None:
         """Create `path` and its parents as needed; raises MetadataUnavailable."""
         self._wait(self.kazoo.ensure_path_async, path)
@@ -188,7 +228,7 @@ class ZooKeeperClient:
         transaction = self.kazoo.transaction()
         for op in operations:
             if isinstance(op, Create):
-                transaction.create(op.path, op.data)
+                transaction.create(op.path, op.data, ephemeral=op.ephemeral)
             elif isinstance(op, SetData):
                 transaction.set_data(op.path, op.data, op.version)
             elif isinstance(op, Delete):

@@ -16,8 +16,11 @@ subscription is deleted again.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -25,6 +28,7 @@ from typing import Any, TypeVar
 from starlight_py.amqp.errors import NotFound, PreconditionFailed
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import PulsarBackend
+from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.records import (
     BindingEntry,
     BindingSet,
@@ -65,6 +69,7 @@ from starlight_py.model.topology import (
 log = logging.getLogger("starlight.topology")
 
 MAX_ATTEMPTS = 20
+TOUCH_INTERVAL = 1.0  # seconds
 T = TypeVar("T")
 
 
@@ -76,6 +81,29 @@ class TopologyConflict(Exception):
 class QueueCounts:
     message_count: int
     consumer_count: int
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """A queue's lifecycle state in ZooKeeper."""
+
+    queue: Queue
+    consumers: int  # registered AMQP consumers, on every proxy
+    has_owner: bool  # an exclusive queue's owning connection is alive
+    consumed: bool  # an auto-delete queue has had a consumer
+    used_at: float | None  # x-expires queues: last declare/get/consumer change
+
+
+def expires_after(queue: Queue) -> float | None:
+    """The queue's `x-expires` in seconds, or None."""
+    value = queue.arguments.get("x-expires")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value / 1000
+    return None
+
+
+def _timestamp() -> bytes:
+    return json.dumps({"at": time.time()}).encode()
 
 
 def _retrying(operation: Callable[[], T]) -> T:
@@ -98,11 +126,14 @@ class TopologyService:
         paths: Paths,
         admin: PulsarAdmin,
         backend: PulsarBackend | None = None,
+        ephemerals: EphemeralNodes | None = None,
     ) -> None:
         self.zk = zookeeper
         self.paths = paths
         self.admin = admin
         self.backend = backend  # for purging subscriptions that have unacked messages
+        self.ephemerals = ephemerals or EphemeralNodes(zookeeper, "unnamed")
+        self._touched: dict[tuple[str, str], float] = {}
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -314,6 +345,8 @@ class TopologyService:
         if not passive:
             queue.check_equivalent(wanted, vhost)
             validate_queue_arguments(wanted.name, vhost, wanted.arguments)
+        if expires_after(queue) is not None:
+            self.touch_queue(vhost, queue.name)
         return self.queue_counts(vhost, namespace, queue.name)
 
     def usable_queue(self, vhost: str, name: str, owner: str, method: tuple[int, int]) -> Queue:
@@ -323,8 +356,12 @@ class TopologyService:
         self._check_owner(vhost, queue, owner, method)
         return queue
 
-    def _check_owner(self, vhost: str, queue: Queue, owner: str, method: tuple[int, int]) -> None:
-        if queue.exclusive and queue.owner != owner:
+    def _check_owner(
+        self, vhost: str, queue: Queue, owner: str | None, method: tuple[int, int]
+    ) -> None:
+        """`owner` None: the cluster itself (the SubscriptionCleaner), which may touch any
+        queue."""
+        if owner is not None and queue.exclusive and queue.owner != owner:
             raise queue_locked(queue.name, vhost, method)
 
     def _create_queue(self, vhost: str, namespace: NamespaceName, queue: Queue) -> bool:
@@ -340,18 +377,27 @@ class TopologyService:
             created=now(),
         )
         self.admin.create_subscription(topic, binding_set.subscription)
+        ops: list[Op] = [
+            Check(self.paths.vhost(vhost), -1),
+            Create(self.paths.queue(vhost, queue.name), encode(queue)),
+            Create(self.paths.queue_bindings(vhost, queue.name)),
+            Create(
+                self.paths.binding_set(vhost, queue.name, topic.local),
+                encode(binding_set),
+            ),
+            Create(self.paths.queue_consumers(vhost, queue.name)),
+        ]
+        owner_path = self.paths.queue_owner(vhost, queue.name)
+        if queue.exclusive and queue.owner is not None:
+            # Ephemeral: if the owning proxy dies, its session ends and the queue is
+            # recognisably orphaned (the SubscriptionCleaner deletes it).
+            ops.append(Create(owner_path, queue.owner.encode(), ephemeral=True))
+        if expires_after(queue) is not None:
+            ops.append(Create(self.paths.queue_used(vhost, queue.name), _timestamp()))
         try:
-            self.zk.commit(
-                [
-                    Check(self.paths.vhost(vhost), -1),
-                    Create(self.paths.queue(vhost, queue.name), encode(queue)),
-                    Create(self.paths.queue_bindings(vhost, queue.name)),
-                    Create(
-                        self.paths.binding_set(vhost, queue.name, topic.local),
-                        encode(binding_set),
-                    ),
-                ]
-            )
+            self.zk.commit(ops)
+            if queue.exclusive and queue.owner is not None:
+                self.ephemerals.remember(owner_path, queue.owner.encode())
         except TransactionFailed as e:
             self.admin.delete_subscription(topic, binding_set.subscription)
             if isinstance(e.cause, NodeAlreadyExists):
@@ -380,18 +426,51 @@ class TopologyService:
         name: str,
         if_unused: bool,
         if_empty: bool,
-        owner: str,
+        owner: str | None,
     ) -> int:
         """Delete a queue with its bindings; returns the ready messages it held. A missing
         queue is fine (RabbitMQ 3.x answers delete-ok with 0). Raises PreconditionFailed
-        (if-unused / if-empty), ResourceLocked."""
+        (if-unused / if-empty), ResourceLocked. `owner` None: the cluster deletes it."""
+        deleted = self._delete_queue(vhost, namespace, name, if_unused, if_empty, owner, None)
+        return deleted or 0
 
-        def attempt() -> int:
+    def delete_abandoned_queue(
+        self,
+        vhost: str,
+        namespace: NamespaceName,
+        name: str,
+        still_abandoned: Callable[[Queue], bool],
+        reason: str,
+    ) -> bool:
+        """Delete a queue the cluster found abandoned (auto-delete without consumers,
+        exclusive without owner, expired), unless `still_abandoned(queue)` says otherwise
+        on a fresh read or an AMQP consumer registers meanwhile (the transaction deletes
+        the consumers znode, which fails while it has children). True when deleted."""
+        deleted = self._delete_queue(
+            vhost, namespace, name, False, False, None, still_abandoned, reason
+        )
+        return deleted is not None
+
+    def _delete_queue(
+        self,
+        vhost: str,
+        namespace: NamespaceName,
+        name: str,
+        if_unused: bool,
+        if_empty: bool,
+        owner: str | None,
+        still_abandoned: Callable[[Queue], bool] | None,
+        reason: str = "",
+    ) -> int | None:
+        def attempt() -> int | None:
             found = self.get_queue(vhost, name)
             if found is None:
-                return 0
+                return 0 if still_abandoned is None else None
             queue, version = found
             self._check_owner(vhost, queue, owner, (50, 40))
+            extra_ops = self._queue_children_ops(vhost, name, still_abandoned is None)
+            if extra_ops is None or (still_abandoned is not None and not still_abandoned(queue)):
+                return None  # in use again
             counts = self.queue_counts(vhost, namespace, name)
             if if_unused and counts.consumer_count:
                 raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use", (50, 40))
@@ -433,18 +512,130 @@ class TopologyService:
                         draining_version,
                     )
                 )
+            ops += extra_ops
             ops += [
                 Delete(self.paths.queue_bindings(vhost, name)),
                 Delete(self.paths.queue(vhost, name), version),
             ]
             ops += self._auto_delete_ops(vhost, [b for b, _ in sets], removing_queue=name)
             self._commit_or_retry(ops)
-            log.info("deleted queue %r in vhost %r", name, vhost)
+            self.ephemerals.forget_under(self.paths.queue(vhost, name) + "/")
+            log.info("deleted queue %r in vhost %r%s", name, vhost, f" ({reason})" * bool(reason))
             for record in retired:
                 self._drop_subscription_now(vhost, namespace, record)
             return counts.message_count
 
         return _retrying(attempt)
+
+    def _queue_children_ops(self, vhost: str, name: str, with_consumers: bool) -> list[Op] | None:
+        """Deletes of a queue's znodes besides its bindings (consumers, owner, marks). With
+        `with_consumers` False, None when AMQP consumers are registered; otherwise their
+        znodes are left out, so a consumer registering meanwhile fails the transaction."""
+        ops: list[Op] = []
+        base = self.paths.queue(vhost, name)
+        for child in self.zk.children(base):
+            if child == "bindings":
+                continue
+            if child == "consumers":
+                consumers = self.zk.children(f"{base}/consumers")
+                if consumers and not with_consumers:
+                    return None
+                ops += [Delete(f"{base}/consumers/{c}") for c in consumers]
+            ops.append(Delete(f"{base}/{child}"))
+        return ops
+
+    # ---- queue lifecycle: consumers, ownership, use ------------------------------------------
+
+    def register_consumer(self, vhost: str, queue: Queue, consumer: str) -> None:
+        """Record an AMQP consumer of `queue` (ephemeral, so a dead proxy's consumers go
+        away with its session). Raises NotFound when the queue is gone."""
+        path = self.paths.queue_consumer(vhost, queue.name, consumer)
+        data = self.ephemerals.owner_id.encode()
+        for _ in range(2):
+            try:
+                self.zk.create(path, data, ephemeral=True)
+                break
+            except NodeAlreadyExists:
+                break
+            except NodeMissing:
+                # A queue made before consumers were recorded: add the directory.
+                if self.get_queue(vhost, queue.name) is None:
+                    raise NotFound(
+                        f"no queue '{queue.name}' in vhost '{vhost}'", (60, 20)
+                    ) from None
+                with contextlib.suppress(NodeAlreadyExists):
+                    self.zk.create(self.paths.queue_consumers(vhost, queue.name))
+        self.ephemerals.remember(path, data)
+        if queue.auto_delete:
+            with contextlib.suppress(NodeAlreadyExists, NodeMissing):
+                self.zk.create(self.paths.queue_consumed(vhost, queue.name))
+        if expires_after(queue) is not None:
+            self.touch_queue(vhost, queue.name)
+
+    def unregister_consumer(
+        self, vhost: str, namespace: NamespaceName, queue: Queue, consumer: str
+    ) -> bool:
+        """The consumer went away (cancel, channel or connection close). An auto-delete
+        queue left without consumers is deleted; True when that happened."""
+        path = self.paths.queue_consumer(vhost, queue.name, consumer)
+        self.ephemerals.forget(path)
+        with contextlib.suppress(NodeMissing):
+            self.zk.delete(path)
+        if expires_after(queue) is not None:
+            self.touch_queue(vhost, queue.name)
+        if not queue.auto_delete:
+            return False
+        return self.delete_abandoned_queue(
+            vhost,
+            namespace,
+            queue.name,
+            lambda q: (
+                q.auto_delete and self.zk.get(self.paths.queue_consumed(vhost, q.name)) is not None
+            ),
+            "auto-delete: its last consumer went away",
+        )
+
+    def touch_queue(self, vhost: str, name: str, throttle: bool = False) -> None:
+        """Mark an x-expires queue used now (declare, get, consumers coming and going).
+        With `throttle`, at most once a second per queue from this process (gets)."""
+        key = (vhost, name)
+        moment = time.monotonic()
+        if throttle and moment - self._touched.get(key, -TOUCH_INTERVAL) < TOUCH_INTERVAL:
+            return
+        self._touched[key] = moment
+        if len(self._touched) > 10_000:
+            self._touched.clear()
+        path = self.paths.queue_used(vhost, name)
+        try:
+            self.zk.set(path, _timestamp())
+        except NodeMissing:
+            with contextlib.suppress(NodeAlreadyExists, NodeMissing):
+                self.zk.create(path, _timestamp())
+
+    def queue_state(self, vhost: str, name: str) -> QueueState | None:
+        """What the cluster needs to judge a queue abandoned; None when it is gone."""
+        found = self.get_queue(vhost, name)
+        if found is None:
+            return None
+        queue: Queue = found[0]
+        base = self.paths.queue(vhost, name)
+        children = set(self.zk.children(base))
+        consumers = len(self.zk.children(f"{base}/consumers")) if "consumers" in children else 0
+        used_at = self.zk.modified_at(f"{base}/used") if "used" in children else None
+        return QueueState(
+            queue,
+            consumers=consumers,
+            has_owner="owner" in children,
+            consumed="consumed" in children,
+            used_at=used_at,
+        )
+
+    def release_owner(self, vhost: str, name: str) -> None:
+        """Stop holding an exclusive queue's ownership (its connection is gone)."""
+        path = self.paths.queue_owner(vhost, name)
+        self.ephemerals.forget(path)
+        with contextlib.suppress(NodeMissing):
+            self.zk.delete(path)
 
     def purge_queue(self, vhost: str, namespace: NamespaceName, name: str, owner: str) -> int:
         """Drop the ready messages of a queue; returns how many (from the stats read just
@@ -468,11 +659,15 @@ class TopologyService:
     ) -> None:
         topic = naming.TopicName(namespace, record.topic)
         try:
-            self.admin.delete_subscription(topic, record.subscription)
+            # Not forced: a consumer still attached would reconnect and make the
+            # subscription again. Consumers let go when they see the record; the
+            # SubscriptionCleaner deletes what is refused here.
+            self.admin.delete_subscription(topic, record.subscription, force=False)
             self.zk.delete(self.paths.retired_subscription(vhost, record.subscription))
-        except Exception:
-            # The retired record stays; the SubscriptionCleaner deletes it later.
-            log.warning("could not delete subscription %s on %s now", record.subscription, topic)
+        except Exception as e:
+            log.debug(
+                "subscription %s on %s left to the cleaner: %s", record.subscription, topic, e
+            )
 
     # ---- bindings -----------------------------------------------------------------------------
 

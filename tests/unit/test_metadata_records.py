@@ -414,6 +414,27 @@ def test_the_paths_are_the_layout_records_py_documents() -> None:
             PATHS.retired_subscription(vhost, subscription),
             {},
         ),
+        "{root}/v1/vhosts/{vhost}/queues/{name}/consumers/{consumer}": (
+            PATHS.queue_consumer(vhost, queue, "p-1/conn-2/1/ctag"),
+            {"name": segment(queue), "consumer": segment("p-1/conn-2/1/ctag")},
+        ),
+        "{root}/v1/vhosts/{vhost}/queues/{name}/owner": (
+            PATHS.queue_owner(vhost, queue),
+            {"name": segment(queue)},
+        ),
+        "{root}/v1/vhosts/{vhost}/queues/{name}/consumed": (
+            PATHS.queue_consumed(vhost, queue),
+            {"name": segment(queue)},
+        ),
+        "{root}/v1/vhosts/{vhost}/queues/{name}/used": (
+            PATHS.queue_used(vhost, queue),
+            {"name": segment(queue)},
+        ),
+        "{root}/v1/proxies/{proxy-id}": (PATHS.proxy("host-1-ab"), {"proxy-id": "host-1-ab"}),
+        "{root}/v1/cleaner/candidate-{sequence}": (
+            f"{PATHS.cleaner_election}/candidate-0000000007",
+            {"sequence": "0000000007"},
+        ),
     }
     layout = documented_layout()
     assert set(layout) == set(built)

@@ -1,0 +1,314 @@
+"""The SubscriptionCleaner: one proxy at a time (the elected leader) tidies up what nobody
+else will.
+
+Each pass:
+
+- **Retired subscriptions** (of unbound bindings and deleted queues). One still draining is
+  left alone until its cursor's mark-delete position reaches the binding's end (every message
+  routed to the queue through it is acknowledged); then it is marked drained, consumers that
+  still read it let go, and a later pass deletes the subscription (not forced while consumers
+  hold it, forced after the grace period) and the record.
+- **Unbound entries** of binding sets still in use, once drained the same way.
+- **Abandoned queues**: exclusive queues whose owner znode is gone (the owning proxy died),
+  auto-delete queues that had a consumer and have none (a proxy died before it could delete
+  them), queues unused for longer than their `x-expires`. A queue must look abandoned for
+  the grace period (a proxy that lost its ZooKeeper session is re-creating its ephemeral
+  znodes), except expired queues, whose timer is their own.
+
+Every action is logged and counted in `CleanerStats`; a pass does at most `max_actions`
+deletions, the rest waits for the next pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
+from starlight_py.cluster.election import LeaderElection
+from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.records import BindingSet, RetiredSubscription, decode, encode
+from starlight_py.metadata.zookeeper import MetadataUnavailable, NodeMissing, VersionConflict
+from starlight_py.model import naming
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.topology import Queue
+from starlight_py.topology.service import QueueState, TopologyService, expires_after
+
+log = logging.getLogger("starlight.cleaner")
+
+
+@dataclass
+class CleanerStats:
+    """What the cleaner did since this process started (exported as metrics)."""
+
+    passes: int = 0
+    passes_as_leader: int = 0
+    subscriptions_deleted: int = 0
+    subscriptions_drained: int = 0
+    entries_pruned: int = 0
+    queues_deleted: Counter[str] = field(default_factory=Counter)  # by reason
+    errors: int = 0
+    leader: bool = False
+
+
+@dataclass
+class PassReport:
+    actions: int = 0
+    waiting_to_drain: int = 0
+    deferred: bool = False  # stopped at max_actions
+
+
+class _Budget(Exception):
+    """This pass has done all it may."""
+
+
+class SubscriptionCleaner:
+    def __init__(
+        self,
+        topology: TopologyService,
+        cache: TopologyCache,
+        election: LeaderElection,
+        grace: float,
+        max_actions: int,
+    ) -> None:
+        self.topology = topology
+        self.admin = topology.admin
+        self.zk = topology.zk
+        self.paths = topology.paths
+        self.cache = cache
+        self.election = election
+        self.grace = grace
+        self.max_actions = max_actions
+        self.stats = CleanerStats()
+        # Memory of the current leadership (reset when it is lost):
+        self._suspects: dict[tuple[str, str, str], float] = {}  # first seen abandoned
+        self._last_in_use: dict[tuple[str, str], float] = {}  # x-expires queues
+        self._refused: dict[tuple[str, str], float] = {}  # first non-forced delete refused
+        self._report = PassReport()
+
+    # ---- one pass --------------------------------------------------------------------------
+
+    def run_once(self) -> PassReport | None:
+        """One pass if this proxy leads; None otherwise. Raises MetadataUnavailable when
+        ZooKeeper cannot tell who leads."""
+        self.stats.passes += 1
+        leading = self.election.is_leader()
+        if leading != self.stats.leader:
+            self.stats.leader = leading
+            if leading:
+                log.info("this proxy now leads the SubscriptionCleaner")
+            else:
+                log.info("this proxy no longer leads the SubscriptionCleaner")
+            self._suspects.clear()
+            self._last_in_use.clear()
+            self._refused.clear()
+        if not leading:
+            return None
+        self.stats.passes_as_leader += 1
+        self._report = PassReport()
+        try:
+            self._retired_subscriptions()
+            self._unbound_entries()
+            self._abandoned_queues()
+        except _Budget:
+            self._report.deferred = True
+            log.info("cleaner pass stopped after %d actions; the rest waits", self.max_actions)
+        if self._report.actions:
+            log.info(
+                "cleaner pass: %d actions, %d subscriptions still draining",
+                self._report.actions,
+                self._report.waiting_to_drain,
+            )
+        return self._report
+
+    def _spend(self) -> None:
+        self._report.actions += 1
+        if self._report.actions >= self.max_actions:
+            raise _Budget
+
+    def _namespace(self, vhost: str) -> NamespaceName | None:
+        record = self.topology.get_vhost(vhost)
+        return record.namespace if record else None
+
+    # ---- retired subscriptions -------------------------------------------------------------
+
+    def _retired_subscriptions(self) -> None:
+        for vhost, cached in self.cache.retired_records():
+            namespace = self._namespace(vhost)
+            if namespace is None:
+                continue
+            try:
+                self._retired_one(vhost, namespace, cached)
+            except (PulsarAdminError, BackendUnavailable, MetadataUnavailable) as e:
+                self.stats.errors += 1
+                log.warning("cleaner: subscription %s: %s", cached.subscription, e)
+
+    def _retired_one(
+        self, vhost: str, namespace: NamespaceName, cached: RetiredSubscription
+    ) -> None:
+        path = self.paths.retired_subscription(vhost, cached.subscription)
+        found = self.zk.get(path)
+        if found is None:
+            return
+        record = decode(found[0])
+        if not isinstance(record, RetiredSubscription):
+            return
+        topic = naming.TopicName(namespace, record.topic)
+        if record.drain:
+            position = self.admin.cursor_position(topic, record.subscription)
+            if position is not None and record.end is not None and position < record.end:
+                self._report.waiting_to_drain += 1
+                return
+            # Drained (or gone): consumers still reading it let go when they see this.
+            try:
+                self.zk.set(path, encode(replace(record, drain=False)), found[1])
+            except (VersionConflict, NodeMissing):
+                return
+            self.stats.subscriptions_drained += 1
+            log.info(
+                "cleaner: subscription %s of queue %r in vhost %r drained up to %s",
+                record.subscription,
+                record.queue,
+                vhost,
+                record.end,
+            )
+            self._spend()
+            return
+        key = (vhost, record.subscription)
+        refused_at = self._refused.get(key)
+        force = refused_at is not None and time.monotonic() - refused_at >= self.grace
+        try:
+            self.admin.delete_subscription(topic, record.subscription, force=force)
+        except PulsarAdminError as e:
+            if e.status != 412:
+                raise
+            # Consumers still attached: they let go once they see the record; wait.
+            self._refused.setdefault(key, time.monotonic())
+            return
+        self._refused.pop(key, None)
+        with contextlib.suppress(NodeMissing):
+            self.zk.delete(path)
+        self.stats.subscriptions_deleted += 1
+        log.info(
+            "cleaner: deleted subscription %s on %s (queue %r, vhost %r)%s",
+            record.subscription,
+            topic,
+            record.queue,
+            vhost,
+            " by force" if force else "",
+        )
+        self._spend()
+
+    # ---- unbound entries of live binding sets -----------------------------------------------
+
+    def _unbound_entries(self) -> None:
+        for vhost, cached in self.cache.all_binding_sets():
+            if all(e.active for e in cached.entries):
+                continue
+            namespace = self._namespace(vhost)
+            if namespace is None:
+                continue
+            try:
+                self._prune(vhost, namespace, cached)
+            except (PulsarAdminError, BackendUnavailable, MetadataUnavailable) as e:
+                self.stats.errors += 1
+                log.warning("cleaner: binding set %s: %s", cached.subscription, e)
+
+    def _prune(self, vhost: str, namespace: NamespaceName, cached: BindingSet) -> None:
+        topic = naming.TopicName(namespace, cached.topic)
+        position = self.admin.cursor_position(topic, cached.subscription)
+        if position is None:
+            return
+        path = self.paths.binding_set(vhost, cached.queue, cached.topic)
+        found = self.zk.get(path)
+        if found is None:
+            return
+        current = decode(found[0])
+        if not isinstance(current, BindingSet):
+            return
+        keep = tuple(
+            e for e in current.entries if e.active or (e.end is not None and position < e.end)
+        )
+        if len(keep) == len(current.entries):
+            return
+        try:
+            self.zk.set(path, encode(current.with_entries(keep)), found[1])
+        except (VersionConflict, NodeMissing):
+            return  # changed meanwhile: next pass
+        pruned = len(current.entries) - len(keep)
+        self.stats.entries_pruned += pruned
+        log.info(
+            "cleaner: dropped %d drained unbound entries of queue %r on %s",
+            pruned,
+            cached.queue,
+            topic,
+        )
+        self._spend()
+
+    # ---- abandoned queues ------------------------------------------------------------------
+
+    def _abandoned_queues(self) -> None:
+        now = time.monotonic()
+        seen: set[tuple[str, str, str]] = set()
+        for vhost, cached in self.cache.queues():
+            if not (cached.exclusive or cached.auto_delete or expires_after(cached)):
+                continue
+            try:
+                state = self.topology.queue_state(vhost, cached.name)
+                if state is None:
+                    continue
+                reason = self._abandoned(vhost, state, now)
+                if reason is None:
+                    continue
+                key = (vhost, cached.name, reason)
+                seen.add(key)
+                first = self._suspects.setdefault(key, now)
+                if now - first < self.grace and not reason.startswith("expired"):
+                    continue
+                self._delete(vhost, state.queue, reason)
+            except (PulsarAdminError, BackendUnavailable, MetadataUnavailable) as e:
+                self.stats.errors += 1
+                log.warning("cleaner: queue %r in vhost %r: %s", cached.name, vhost, e)
+        for key in set(self._suspects) - seen:
+            del self._suspects[key]
+
+    def _abandoned(self, vhost: str, state: QueueState, now: float) -> str | None:
+        queue = state.queue
+        if queue.exclusive and not state.has_owner:
+            return "exclusive: its owning connection's proxy is gone"
+        if queue.auto_delete and state.consumed and state.consumers == 0:
+            return "auto-delete: its last consumer is gone"
+        expires = expires_after(queue)
+        if expires is None:
+            return None
+        key = (vhost, queue.name)
+        if state.consumers:
+            self._last_in_use[key] = now
+            return None
+        # Unused since the later of: the last use written to ZooKeeper (declare, get,
+        # consumer changes) and the last pass of this leader that saw consumers.
+        idle_for = time.time() - (state.used_at or 0.0)
+        if key in self._last_in_use:
+            idle_for = min(idle_for, now - self._last_in_use[key])
+        if idle_for < expires:
+            return None
+        return f"expired: unused for {idle_for:.1f} s (x-expires {expires:.1f} s)"
+
+    def _delete(self, vhost: str, queue: Queue, reason: str) -> None:
+        namespace = self._namespace(vhost)
+        if namespace is None:
+            return
+
+        def still_abandoned(current: Queue) -> bool:
+            state = self.topology.queue_state(vhost, current.name)
+            return state is not None and self._abandoned(vhost, state, time.monotonic()) is not None
+
+        if self.topology.delete_abandoned_queue(
+            vhost, namespace, queue.name, still_abandoned, f"cleaner, {reason}"
+        ):
+            self.stats.queues_deleted[reason.split(":", 1)[0]] += 1
+            self._last_in_use.pop((vhost, queue.name), None)
+            self._spend()
