@@ -134,9 +134,22 @@ def _run_proxy(config: StarlightConfig, banner: str | None = None) -> int:
     except (ConfigError, OSError) as e:
         print(f"starlight-proxy: {e}", file=sys.stderr)
         return 1
+    except BaseExceptionGroup as group:
+        # Nurseries wrap a startup failure (bad TLS files, a port in use) in a group.
+        error = _single_startup_error(group)
+        if error is None:
+            raise
+        print(f"starlight-proxy: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _single_startup_error(error: BaseException) -> ConfigError | OSError | None:
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error if isinstance(error, ConfigError | OSError) else None
 
 
 def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:

@@ -161,7 +161,171 @@ class StarlightConfig:
         default=False,
         metadata=_key(
             "authenticationEnabled",
-            "When false, any credentials are accepted (a warning is logged at start).",
+            "When false, any credentials are accepted (a warning is logged at start). When "
+            "true, clients log in with one of authenticationProviders (see docs/security.md).",
+        ),
+    )
+    authentication_providers: tuple[str, ...] = field(
+        default=(),
+        metadata=_key(
+            "authenticationProviders",
+            "Comma-separated: token (SASL PLAIN/AMQPLAIN, the password is a JWT) and/or tls "
+            "(SASL EXTERNAL, the client certificate on an amqps:// listener). Pulsar's class "
+            "names AuthenticationProviderToken / AuthenticationProviderTls are accepted too.",
+        ),
+    )
+    token_secret_key: str = field(
+        default="",
+        repr=False,
+        metadata=_key(
+            "tokenSecretKey",
+            "HMAC key for HS256/HS384/HS512 tokens: data:;base64,<key> or file:///path "
+            "(raw bytes, as `pulsar tokens create-secret-key` writes).",
+        ),
+    )
+    token_public_key: str = field(
+        default="",
+        metadata=_key(
+            "tokenPublicKey",
+            "Public key for tokenPublicAlg tokens: data:;base64,<key> or file:///path (PEM, "
+            "or DER as `pulsar tokens create-key-pair` writes).",
+        ),
+    )
+    token_public_alg: str = field(
+        default="RS256",
+        metadata=_key(
+            "tokenPublicAlg",
+            "Signature algorithm of tokens checked with tokenPublicKey: RS256, RS384, RS512, "
+            "PS256, PS384, PS512, ES256, ES384 or ES512.",
+        ),
+    )
+    token_auth_claim: str = field(
+        default="sub",
+        metadata=_key("tokenAuthClaim", "Token claim that names the principal."),
+    )
+    token_audience_claim: str = field(
+        default="aud",
+        metadata=_key(
+            "tokenAudienceClaim",
+            "Token claim that holds the audience (checked with tokenAudience).",
+        ),
+    )
+    token_audience: str = field(
+        default="",
+        metadata=_key(
+            "tokenAudience",
+            "When set, a token is accepted only if its tokenAudienceClaim is (or lists) this "
+            "value.",
+        ),
+    )
+    token_clock_skew: float = field(
+        default=0 * SECONDS,
+        metadata=_key(
+            "tokenAllowedClockSkewSeconds",
+            "Leeway when checking a token's exp and nbf against this host's clock.",
+            "s",
+        ),
+    )
+    tls_certificate_file: str = field(
+        default="",
+        metadata=_key(
+            "tlsCertificateFilePath",
+            "PEM certificate (and chain) of amqps:// listeners. Reloaded when the file changes.",
+        ),
+    )
+    tls_key_file: str = field(
+        default="",
+        metadata=_key("tlsKeyFilePath", "PEM private key of tlsCertificateFilePath."),
+    )
+    tls_trust_certs_file: str = field(
+        default="",
+        metadata=_key(
+            "tlsTrustCertsFilePath",
+            "PEM CA certificates that sign client certificates. When set, amqps:// listeners "
+            "ask clients for a certificate and refuse one the CAs did not sign.",
+        ),
+    )
+    tls_require_client_cert: bool = field(
+        default=False,
+        metadata=_key(
+            "tlsRequireTrustedClientCertOnConnect",
+            "Mutual TLS: refuse, during the TLS handshake, clients without a certificate "
+            "signed by tlsTrustCertsFilePath.",
+        ),
+    )
+    tls_protocols: tuple[str, ...] = field(
+        default=("TLSv1.3", "TLSv1.2"),
+        metadata=_key(
+            "tlsProtocols",
+            "Comma-separated TLS versions accepted (TLSv1.2, TLSv1.3; TLSv1 and TLSv1.1 only "
+            "if you must). The range from the lowest to the highest listed is allowed.",
+        ),
+    )
+    tls_ciphers: tuple[str, ...] = field(
+        default=(),
+        metadata=_key(
+            "tlsCiphers",
+            "Comma-separated OpenSSL cipher names for TLS 1.2 (e.g. ECDHE-RSA-AES256-GCM-SHA384); "
+            "empty keeps OpenSSL's secure defaults. TLS 1.3 suites are not configurable.",
+        ),
+    )
+    tls_handshake_timeout: float = field(
+        default=5 * SECONDS,
+        metadata=_key(
+            "tlsHandshakeTimeoutMillis",
+            "Time a client has to complete the TLS handshake before it is disconnected.",
+            "ms",
+        ),
+    )
+    tls_cert_refresh_interval: float = field(
+        default=300 * SECONDS,
+        metadata=_key(
+            "tlsCertRefreshCheckDurationSec",
+            "How often (at most) the certificate, key and CA files are checked for changes; "
+            "new connections use the new files. 0 checks on every connection.",
+            "s",
+        ),
+    )
+    tls_external_principal_from: str = field(
+        default="cn",
+        metadata=_key(
+            "tlsExternalPrincipalFrom",
+            "Where SASL EXTERNAL takes the principal from in the client certificate: cn "
+            "(subject common name), san_dns or san_email (first subject alternative name "
+            "of that type).",
+        ),
+    )
+    cleaner_enabled: bool = field(
+        default=True,
+        metadata=_key(
+            "subscriptionCleanerEnabled",
+            "Take part in the election of the SubscriptionCleaner (one proxy of the cluster "
+            "runs it at a time).",
+        ),
+    )
+    cleaner_interval: float = field(
+        default=10 * SECONDS,
+        metadata=_key(
+            "subscriptionCleanerIntervalMillis",
+            "Time between two passes of the SubscriptionCleaner (retired subscriptions, "
+            "abandoned exclusive/auto-delete queues, x-expires).",
+            "ms",
+        ),
+    )
+    cleaner_grace: float = field(
+        default=10 * SECONDS,
+        metadata=_key(
+            "subscriptionCleanerGracePeriodMillis",
+            "How long a queue must look abandoned before the cleaner deletes it, and how long "
+            "it waits for consumers to let go of a drained subscription before forcing.",
+            "ms",
+        ),
+    )
+    cleaner_max_actions: int = field(
+        default=1000,
+        metadata=_key(
+            "subscriptionCleanerMaxActionsPerPass",
+            "Most deletions (subscriptions, queues, entries) in one pass; the rest waits.",
         ),
     )
     log_level: str = field(
@@ -202,12 +366,114 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("amqpHandshakeTimeoutMillis", "must be positive")
     if cfg.zookeeper_session_timeout < 2 * SECONDS:
         raise ConfigError("zooKeeperSessionTimeoutMillis", "must be at least 2000")
+    if cfg.cleaner_interval <= 0:
+        raise ConfigError("subscriptionCleanerIntervalMillis", "must be positive")
+    if cfg.cleaner_grace < 0:
+        raise ConfigError("subscriptionCleanerGracePeriodMillis", "must not be negative")
+    if cfg.cleaner_max_actions < 1:
+        raise ConfigError("subscriptionCleanerMaxActionsPerPass", "must be positive")
     if cfg.log_level not in _LOG_LEVELS:
         raise ConfigError("logLevel", f"must be one of {', '.join(_LOG_LEVELS)}")
+    _validate_security(cfg)
     for name in ("default_tenant", "default_namespace"):
         value = getattr(cfg, name)
         if not re.fullmatch(r"[A-Za-z0-9_.=:-]+", value):
             raise ConfigError(_FIELDS_BY_NAME[name].metadata["key"], f"invalid name {value!r}")
+
+
+AUTHENTICATION_PROVIDERS = ("token", "tls")
+# Starlight for RabbitMQ (and Pulsar) name providers by class; both spellings work.
+_PROVIDER_ALIASES = {
+    "org.apache.pulsar.broker.authentication.AuthenticationProviderToken": "token",
+    "org.apache.pulsar.broker.authentication.AuthenticationProviderTls": "tls",
+}
+TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+TOKEN_PUBLIC_ALGORITHMS = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+)
+EXTERNAL_PRINCIPAL_SOURCES = ("cn", "san_dns", "san_email")
+
+
+def _validate_security(cfg: StarlightConfig) -> None:
+    """TLS and authentication keys, alone and together (a listener that cannot work, or a
+    provider without its key, fails at start rather than at the first client)."""
+    for provider in cfg.authentication_providers:
+        if provider not in AUTHENTICATION_PROVIDERS:
+            raise ConfigError(
+                "authenticationProviders",
+                f"unknown provider {provider!r}; use {' or '.join(AUTHENTICATION_PROVIDERS)}",
+            )
+    for key_name in ("token_secret_key", "token_public_key"):
+        value = getattr(cfg, key_name)
+        if value and not value.startswith(("data:", "file:")):
+            # Never echo the value: it may be the secret itself.
+            raise ConfigError(
+                _FIELDS_BY_NAME[key_name].metadata["key"], "must start with data: or file:"
+            )
+    if cfg.token_public_alg not in TOKEN_PUBLIC_ALGORITHMS:
+        raise ConfigError("tokenPublicAlg", f"must be one of {', '.join(TOKEN_PUBLIC_ALGORITHMS)}")
+    if not cfg.token_auth_claim.strip():
+        raise ConfigError("tokenAuthClaim", "must not be empty")
+    if not cfg.token_audience_claim.strip():
+        raise ConfigError("tokenAudienceClaim", "must not be empty")
+    if cfg.token_clock_skew < 0:
+        raise ConfigError("tokenAllowedClockSkewSeconds", "must not be negative")
+    if not cfg.tls_protocols or any(p not in TLS_PROTOCOLS for p in cfg.tls_protocols):
+        raise ConfigError("tlsProtocols", f"must list some of {', '.join(TLS_PROTOCOLS)}")
+    if cfg.tls_handshake_timeout <= 0:
+        raise ConfigError("tlsHandshakeTimeoutMillis", "must be positive")
+    if cfg.tls_cert_refresh_interval < 0:
+        raise ConfigError("tlsCertRefreshCheckDurationSec", "must not be negative")
+    if cfg.tls_external_principal_from not in EXTERNAL_PRINCIPAL_SOURCES:
+        raise ConfigError(
+            "tlsExternalPrincipalFrom", f"must be one of {', '.join(EXTERNAL_PRINCIPAL_SOURCES)}"
+        )
+    tls_listeners = [listener for listener in cfg.listeners if listener.scheme == "amqps"]
+    if tls_listeners:
+        for key_name in ("tls_certificate_file", "tls_key_file"):
+            if not getattr(cfg, key_name):
+                raise ConfigError(
+                    _FIELDS_BY_NAME[key_name].metadata["key"],
+                    f"required by the TLS listener {tls_listeners[0].url}",
+                )
+    if cfg.tls_require_client_cert and not cfg.tls_trust_certs_file:
+        raise ConfigError(
+            "tlsTrustCertsFilePath", "required by tlsRequireTrustedClientCertOnConnect=true"
+        )
+    if not cfg.authentication_enabled:
+        return
+    if not cfg.authentication_providers:
+        raise ConfigError(
+            "authenticationProviders", "authenticationEnabled=true needs token and/or tls"
+        )
+    if "token" in cfg.authentication_providers and not (
+        cfg.token_secret_key or cfg.token_public_key
+    ):
+        raise ConfigError(
+            "tokenSecretKey", "the token provider needs tokenSecretKey or tokenPublicKey"
+        )
+    if "tls" in cfg.authentication_providers:
+        if not tls_listeners:
+            raise ConfigError("amqpListeners", "the tls provider needs an amqps:// listener")
+        if not cfg.tls_trust_certs_file:
+            raise ConfigError(
+                "tlsTrustCertsFilePath", "the tls provider needs the CA of client certificates"
+            )
+
+
+def parse_providers(text: str) -> tuple[str, ...]:
+    """`token, org.apache...AuthenticationProviderTls` -> ("token", "tls"); unknown names are
+    kept for validation to name them."""
+    names = (part.strip() for part in text.split(","))
+    return tuple(dict.fromkeys(_PROVIDER_ALIASES.get(n, n) for n in names if n))
 
 
 _FIELDS_BY_NAME = {f.name: f for f in dataclasses.fields(StarlightConfig)}
@@ -248,6 +514,10 @@ def _convert(key: str, f: dataclasses.Field[Any], raw: str) -> Any:
     try:
         if f.name == "listeners":
             return parse_listeners(raw)
+        if f.name == "authentication_providers":
+            return parse_providers(raw)
+        if f.type == "tuple[str, ...]":
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
         if f.type in ("bool", bool):
             lowered = raw.lower()
             if lowered not in ("true", "false"):

@@ -5,7 +5,8 @@ Tasks (one nursery per connection):
 - writer: the only task that sends; it wakes when there is something queued and sends it
   all with one `send_all` (batching frames queued by several events or deliveries);
 - timers: handshake deadline, heartbeats both ways (two missed intervals disconnects),
-  and the bounded wait for close-ok after we closed the connection.
+  the bounded wait for close-ok after we closed the connection, and the expiry of the
+  login token (320, unless connection.update-secret renewed it).
 
 Every exception from handling an event ends in `AMQPConnection.fail`, the one place that
 picks channel.close or connection.close.
@@ -13,8 +14,10 @@ picks channel.close or connection.close.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -26,7 +29,9 @@ from starlight_py.amqp.connection import AMQPConnection, ConnectionState
 from starlight_py.amqp.errors import (
     AMQPError,
     ConnectionAccessRefused,
+    ConnectionForced,
     InternalError,
+    NotAllowed,
     NotImplementedMethod,
 )
 from starlight_py.amqp.framing import method_ids
@@ -53,13 +58,28 @@ _ids = itertools.count(1)
 class ClientConnection:
     """One accepted client. `run()` returns when the connection is over."""
 
-    def __init__(self, stream: trio.abc.Stream, services: ProxyServices, peer: str) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        services: ProxyServices,
+        peer: str,
+        *,
+        tls: bool = False,
+        peer_certificate: bytes | None = None,
+    ) -> None:
         self.stream = stream
         self.services = services
         self.peer = peer
         self.id = f"conn-{next(_ids)}"
-        self.conn = AMQPConnection(services.server_settings)
+        # The mechanisms offered depend on the transport (EXTERNAL only over TLS).
+        settings = dataclasses.replace(
+            services.server_settings, mechanisms=services.authenticator.mechanisms(tls)
+        )
+        self.conn = AMQPConnection(settings)
+        self.peer_certificate = peer_certificate
         self.principal: Principal | None = None
+        # trio clock time at which the principal's credential expires (see _timers).
+        self._credential_deadline: float | None = None
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VhostContext | None = None
         self.messages: MessageMethods | None = None
@@ -84,7 +104,10 @@ class ClientConnection:
         finally:
             await self._hang_up()
             await self._release()
-            self._log.info("%s from %s closed", self.id, self.peer)
+            # Connections that never opened a vhost (load balancer health checks, port
+            # scans) are logged at DEBUG: twice a second per proxy behind HAProxy.
+            level = logging.INFO if self.vhost is not None else logging.DEBUG
+            self._log.log(level, "%s from %s closed", self.id, self.peer)
 
     async def _release(self) -> None:
         """What dies with the connection: its consumers (the broker requeues what they
@@ -203,7 +226,7 @@ class ClientConnection:
     def _login(self, event: ev.LoginRequested) -> None:
         try:
             self.principal = self.services.authenticator.authenticate(
-                event.mechanism, event.response
+                event.mechanism, event.response, self.peer_certificate
             )
         except AuthenticationFailed as e:
             self._log.warning("%s: login refused from %s: %s", self.id, self.peer, e)
@@ -212,11 +235,43 @@ class ClientConnection:
                 "For details see the broker logfile.",
                 (10, 11),
             ) from e
+        self._set_credential_deadline(self.principal)
         self.conn.accept_login()
+
+    def _set_credential_deadline(self, principal: Principal) -> None:
+        if principal.expires_at is None:
+            self._credential_deadline = None
+        else:
+            # exp is wall-clock time; timers run on trio's monotonic clock.
+            remaining = principal.expires_at - time.time()
+            self._credential_deadline = trio.current_time() + max(0.0, remaining)
+
+    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+        """connection.update-secret (RabbitMQ's extension for renewing OAuth 2 tokens): a
+        refused secret closes the connection with 530, as RabbitMQ does."""
+        assert self.principal is not None
+        secret = method.new_secret or b""
+        raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+        try:
+            principal = self.services.authenticator.update_secret(self.principal, raw)
+        except AuthenticationFailed as e:
+            self._log.warning("%s: secret update refused from %s: %s", self.id, self.peer, e)
+            raise NotAllowed(
+                "New secret was refused by one of the backends", method_ids(method)
+            ) from e
+        self.principal = principal
+        self._set_credential_deadline(principal)
+        self._log.info(
+            "%s: %s updated secret, reason: %s", self.id, principal.name, method.reason or ""
+        )
+        self.conn.send_method(0, commands.Connection.UpdateSecretOk())
 
     async def _method(self, event: ev.MethodReceived) -> None:
         method = event.method
         name = method.name
+        if isinstance(method, commands.Connection.UpdateSecret):
+            self._update_secret(method)
+            return
         session = self.channels.get(event.channel)
         if session is not None and self.vhost is not None:
 
@@ -289,6 +344,16 @@ class ClientConnection:
         while True:
             now = trio.current_time()
             heartbeat = self.conn.heartbeat if self.conn.is_open else 0
+            deadline = self._credential_deadline
+            if self.conn.is_open and deadline is not None and now >= deadline:
+                # RabbitMQ (3.13+) closes the connection with 320 when the credential expires
+                # and no connection.update-secret renewed it.
+                self._credential_deadline = None
+                name = self.principal.name if self.principal else "?"
+                self._log.warning("%s: credential of '%s' has expired", self.id, name)
+                error = ConnectionForced("credential expired")
+                self._on_error(0, error)
+                self.conn.fail(error)
             if self.conn.state is ConnectionState.CLOSING:
                 if self._close_deadline is None:
                     self._close_deadline = now + CLOSE_OK_TIMEOUT
@@ -323,9 +388,14 @@ class ClientConnection:
                     await self.stream.send_all(data)
                 if isinstance(self.stream, trio.SocketStream):
                     await self.stream.send_eof()
+                if isinstance(self.stream, trio.SocketStream | trio.SSLStream):
                     while await self.stream.receive_some(RECEIVE_SIZE):
                         pass
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                 pass
         with trio.CancelScope(shield=True):
-            await self.stream.aclose()
+            # TLS sends close_notify, which must not wait forever on a peer that stopped reading.
+            with trio.move_on_after(LINGER_AFTER_CLOSE) as closing:
+                await self.stream.aclose()
+            if closing.cancelled_caught:
+                await trio.aclose_forcefully(self.stream)

@@ -17,16 +17,27 @@ from pamqp.common import FieldTable
 from starlight_py import __version__
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import InternalError
-from starlight_py.auth.authenticator import AcceptAnyAuthenticator, Authenticator
+from starlight_py.auth.authenticator import Authenticator, build_authenticator
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import PulsarBackend
+from starlight_py.cluster.cleaner import SubscriptionCleaner
+from starlight_py.cluster.duties import cluster_duties
+from starlight_py.cluster.election import LeaderElection
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.consuming import RequeuedPositions
 from starlight_py.gateway.publishing import ProducerPool
+from starlight_py.gateway.tls import (
+    ReloadingServerContext,
+    TlsListener,
+    complete_handshake,
+    peer_certificate,
+    server_tls,
+)
 from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
 from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.records import Paths
 from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName, NamespaceRules
@@ -64,6 +75,8 @@ class ProxyServices:
     cache: TopologyCache
     backend: PulsarBackend
     producers: ProducerPool
+    ephemerals: EphemeralNodes | None = None
+    cleaner: SubscriptionCleaner | None = None
     requeued: RequeuedPositions = field(default_factory=RequeuedPositions)
     # Connections to tell when the topology changes (consumers follow new bindings).
     change_listeners: set[Callable[[], None]] = field(default_factory=set)
@@ -85,7 +98,12 @@ class ProxyServices:
         try:
             record = await trio.to_thread.run_sync(self.topology.get_vhost, vhost)
         except MetadataUnavailable as e:
-            raise InternalError(f"cannot open vhost '{vhost}': {e}", (10, 40)) from e
+            # ZooKeeper is away: a vhost this proxy has seen stays usable for publishing
+            # and consuming on its existing topology.
+            record = self.cache.vhost(vhost)
+            if record is None:
+                raise InternalError(f"cannot open vhost '{vhost}': {e}", (10, 40)) from e
+            log.warning("opening vhost %r from the cache: %s", vhost, e)
         if record is not None:
             await self.vhosts.check_namespace(vhost, record.namespace)
             return record.namespace
@@ -98,10 +116,24 @@ class ProxyServices:
 
 
 def build_services(config: StarlightConfig) -> ProxyServices:
+    """Raises ConfigError when the authentication keys cannot be used."""
+    authenticator = build_authenticator(config)
     if not config.authentication_enabled:
         log.warning(
             "AUTHENTICATION IS DISABLED (authenticationEnabled=false): any client that can "
             "reach the listeners gets in with any credentials"
+        )
+    elif "token" in config.authentication_providers and any(
+        listener.scheme == "amqp" for listener in config.listeners
+    ):
+        log.warning(
+            "tokens sent to amqp:// listeners travel in clear text: anyone on the network "
+            "path can replay them until they expire; prefer amqps:// listeners"
+        )
+    elif any(listener.scheme == "amqp" for listener in config.listeners):
+        log.warning(
+            "only the tls provider is enabled: clients of amqp:// listeners are offered no "
+            "SASL mechanism and cannot log in"
         )
     settings = ServerSettings(
         channel_max=config.channel_max,
@@ -125,34 +157,58 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
     paths = Paths(config.metadata_root)
     backend = PulsarBackend(config.pulsar_service_url, config.producer_max_pending)
-    topology = TopologyService(zookeeper, paths, admin, backend)
     proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+    ephemerals = EphemeralNodes(zookeeper, proxy_id)
+    topology = TopologyService(zookeeper, paths, admin, backend, ephemerals)
+    cache = TopologyCache(zookeeper, paths)
+    cleaner = (
+        SubscriptionCleaner(
+            topology,
+            cache,
+            LeaderElection(zookeeper, paths.cleaner_election, proxy_id),
+            config.cleaner_grace,
+            config.cleaner_max_actions,
+        )
+        if config.cleaner_enabled
+        else None
+    )
+    producers = ProducerPool(backend)
     return ProxyServices(
         config,
         settings,
-        AcceptAnyAuthenticator(),
+        authenticator,
         vhosts,
         zookeeper,
         topology,
-        TopologyMethods(topology),
+        TopologyMethods(topology, producers.flush_all),
         proxy_id,
-        TopologyCache(zookeeper, paths),
+        cache,
         backend,
-        ProducerPool(backend),
+        producers,
+        ephemerals,
+        cleaner,
     )
 
 
-async def open_listeners(listeners: tuple[Listener, ...]) -> list[trio.SocketListener]:
-    """Bind every configured listener; raises ConfigError for what cannot be served yet and
-    OSError (address in use, permission) with the listener named."""
-    opened: list[trio.SocketListener] = []
+AnyListener = trio.SocketListener | TlsListener
+
+
+async def open_listeners(
+    listeners: tuple[Listener, ...], tls: ReloadingServerContext | None = None
+) -> list[AnyListener]:
+    """Bind every configured listener (amqps:// ones wrap their connections in TLS with
+    `tls`); raises ConfigError for an amqps:// listener without `tls` and OSError (address
+    in use, permission) with the listener named."""
+    opened: list[AnyListener] = []
     for listener in listeners:
-        if listener.scheme == "amqps":
-            raise ConfigError(
-                "amqpListeners", f"{listener.url}: TLS listeners are not supported yet"
-            )
+        if listener.scheme == "amqps" and tls is None:
+            raise ConfigError("amqpListeners", f"{listener.url}: TLS is not configured")
         try:
-            opened.extend(await trio.open_tcp_listeners(listener.port, host=listener.host))
+            sockets = await trio.open_tcp_listeners(listener.port, host=listener.host)
+            if tls is not None and listener.scheme == "amqps":
+                opened.extend(TlsListener(sock, tls) for sock in sockets)
+            else:
+                opened.extend(sockets)
         except OSError as e:
             for sock in opened:
                 await sock.aclose()
@@ -160,11 +216,12 @@ async def open_listeners(listeners: tuple[Listener, ...]) -> list[trio.SocketLis
     return opened
 
 
-def bound_urls(listeners: list[trio.SocketListener]) -> list[str]:
+def bound_urls(listeners: list[AnyListener]) -> list[str]:
     urls = []
     for listener in listeners:
         host, port = listener.socket.getsockname()[:2]
-        urls.append(f"amqp://{host}:{port}")
+        scheme = "amqps" if isinstance(listener, TlsListener) else "amqp"
+        urls.append(f"{scheme}://{host}:{port}")
     return urls
 
 
@@ -175,6 +232,8 @@ async def serve(
 ) -> None:
     """Run the proxy until cancelled. `task_status.started` gets the bound listener URLs
     (useful with port 0). Raises ConfigError or OSError when a listener cannot be opened."""
+    # Unusable certificate files or keys fail here, before any client or thread is started.
+    tls = server_tls(config)
     services = build_services(config)
     services._token = trio.lowlevel.current_trio_token()
     await _connect_metadata(services.zookeeper)
@@ -183,7 +242,7 @@ async def serve(
         async with trio.open_nursery() as nursery:
             # TreeCache.start blocks until ZooKeeper answers: never keep listeners waiting.
             nursery.start_soon(trio.to_thread.run_sync, services.cache.start)
-            await _serve(config, services, task_status)
+            await _serve(config, services, tls, task_status)
     finally:
         with trio.CancelScope(shield=True):
             services.cache.close()
@@ -205,9 +264,10 @@ async def _connect_metadata(zookeeper: ZooKeeperClient) -> None:
 async def _serve(
     config: StarlightConfig,
     services: ProxyServices,
+    tls: ReloadingServerContext | None,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
-    listeners = await open_listeners(config.listeners)
+    listeners = await open_listeners(config.listeners, tls)
     urls = bound_urls(listeners)
     for url in urls:
         log.info("listening on %s", url)
@@ -218,17 +278,41 @@ async def _serve(
         config.zookeeper_servers,
     )
 
-    async def handle(stream: trio.SocketStream) -> None:
+    async def handle(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> None:
+        is_tls = isinstance(stream, trio.SSLStream)
+        sock = (
+            stream.transport_stream.socket if isinstance(stream, trio.SSLStream) else stream.socket
+        )
         try:
-            host, port = stream.socket.getpeername()[:2]
+            host, port = sock.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
             peer = "?"
         try:
-            await ClientConnection(stream, services, peer).run()
+            certificate = None
+            if isinstance(stream, trio.SSLStream):
+                # In this connection's own task: a slow handshake delays no one else.
+                if not await complete_handshake(stream, config.tls_handshake_timeout, peer):
+                    return
+                certificate = peer_certificate(stream)
+            await ClientConnection(
+                stream, services, peer, tls=is_tls, peer_certificate=certificate
+            ).run()
         except Exception:
             # One connection's failure must never take the listener down.
             log.exception("connection from %s failed", peer)
 
     task_status.started(urls)
-    await trio.serve_listeners(handle, listeners)
+    async with trio.open_nursery() as nursery:
+        assert services.ephemerals is not None
+        nursery.start_soon(
+            cluster_duties,
+            services.zookeeper,
+            services.topology.paths,
+            services.ephemerals,
+            services.proxy_id,
+            urls,
+            services.cleaner,
+            config.cleaner_interval,
+        )
+        await trio.serve_listeners(handle, listeners)

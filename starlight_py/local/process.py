@@ -23,7 +23,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -63,8 +63,10 @@ class ServerProcess:
         """Whether the process was started and has not exited. Raises nothing."""
         return self._popen is not None and self._popen.poll() is None
 
-    def launch(self, argv: Sequence[str], cwd: Path) -> None:
+    def launch(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None) -> None:
         """Start ``argv`` in its own process group, appending its output to the log.
+
+        ``env`` replaces the environment when given (default: inherit ours).
 
         Raises:
             LocalInfraError: the executable cannot be started.
@@ -83,6 +85,7 @@ class ServerProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
+                    env=None if env is None else dict(env),
                     start_new_session=True,
                 )
             except OSError as e:
@@ -125,6 +128,37 @@ class ServerProcess:
             self.stop(_FAILED_START_GRACE)
             raise
 
+    def send_signal(self, signum: signal.Signals) -> None:
+        """Send ``signum`` to the process group; does nothing when it is not running.
+
+        Used to simulate crashes (SIGKILL) and hangs (SIGSTOP). Raises nothing.
+        """
+        popen = self._popen
+        if popen is not None and popen.poll() is None:
+            _signal_group(popen.pid, signum)
+
+    def wait_exited(self, timeout: float) -> int | None:
+        """Wait until the process has exited, then forget it; returns its exit code.
+
+        Returns None when it was not started (or already forgotten).
+
+        Raises:
+            LocalInfraError: it is still running after ``timeout`` seconds.
+        """
+        popen = self._popen
+        if popen is None:
+            return None
+        try:
+            code = popen.wait(timeout)
+        except subprocess.TimeoutExpired as e:
+            raise LocalInfraError(
+                f"{self.name} (pid {popen.pid}) still runs {timeout:g} s after it was told to exit"
+            ) from e
+        self._popen = None
+        with _running_lock:
+            _running.discard(self)
+        return code
+
     def stop(self, timeout: float) -> None:
         """SIGTERM the process group, wait up to ``timeout`` s, then SIGKILL it.
 
@@ -140,6 +174,9 @@ class ServerProcess:
         # reused by an unrelated process group. The JVM has no children of its own.
         if popen.poll() is None:
             _signal_group(popen.pid, signal.SIGTERM)
+            # A process stopped with SIGSTOP (a simulated hang) acts on SIGTERM only once
+            # it runs again.
+            _signal_group(popen.pid, signal.SIGCONT)
             try:
                 popen.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -219,10 +256,16 @@ def stop_all_servers(grace: float = _AT_EXIT_GRACE) -> None:
         popen = server._popen
         if popen is not None and popen.poll() is None:
             _signal_group(popen.pid, signal.SIGTERM)
+            _signal_group(popen.pid, signal.SIGCONT)
     deadline = time.monotonic() + grace
     for server in leftovers:
-        with contextlib.suppress(LocalInfraError):
-            server.stop(max(0.0, deadline - time.monotonic()))
+        # No second SIGTERM (stop() would send one): a Python server handles the first and
+        # may die of the next before it has shut down cleanly.
+        try:
+            server.wait_exited(max(0.0, deadline - time.monotonic()))
+        except LocalInfraError:
+            with contextlib.suppress(LocalInfraError):
+                server.stop(0)
 
 
 atexit.register(stop_all_servers)

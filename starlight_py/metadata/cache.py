@@ -22,6 +22,7 @@ from starlight_py.metadata.records import (
     Paths,
     RecordError,
     RetiredSubscription,
+    VhostRecord,
     decode,
 )
 from starlight_py.metadata.zookeeper import ZooKeeperClient
@@ -55,6 +56,7 @@ class TopologyCache:
         # (vhost, queue) -> {topic: BindingSet}
         self._sets_by_queue: dict[tuple[str, str], dict[str, BindingSet]] = {}
         self._retired: dict[tuple[str, str], RetiredSubscription] = {}
+        self._vhosts: dict[str, VhostRecord] = {}
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
@@ -76,6 +78,10 @@ class TopologyCache:
     def exchange(self, vhost: str, name: str) -> Exchange | None:
         with self._lock:
             return self._exchanges.get((vhost, name))
+
+    def vhost(self, name: str) -> VhostRecord | None:
+        with self._lock:
+            return self._vhosts.get(name)
 
     def queue(self, vhost: str, name: str) -> Queue | None:
         with self._lock:
@@ -175,6 +181,14 @@ class TopologyCache:
 
     def _apply(self, parts: list[str], raw: bytes | None) -> None:
         """Index one znode's record (None: removed); only for paths `_indexed` accepts."""
+        if len(parts) == 1:
+            vhost_record = decode(raw) if raw else None
+            with self._lock:
+                if isinstance(vhost_record, VhostRecord):
+                    self._vhosts[name_of(parts[0])] = vhost_record
+                elif raw is None:
+                    self._vhosts.pop(name_of(parts[0]), None)
+            return
         if len(parts) < 3:
             return
         vhost = name_of(parts[0])
@@ -219,6 +233,8 @@ class TopologyCache:
 def _indexed(parts: list[str]) -> bool:
     """Whether a path (split below the vhosts znode) is one the cache indexes: exchanges,
     queues, retired subscriptions and binding sets."""
+    if len(parts) == 1:
+        return True  # a vhost record
     if len(parts) == 3:
         return parts[1] in ("exchanges", "queues", "retired")
     return len(parts) == 5 and parts[1] == "queues" and parts[3] == "bindings"

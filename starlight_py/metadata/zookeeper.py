@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,10 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
     RolledBackError,
+    SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from starlight_py.units import SECONDS
 
@@ -115,7 +118,13 @@ class ZooKeeperClient:
         self.hosts = hosts
         self.operation_timeout = operation_timeout
         self.session_timeout = session_timeout
-        self.kazoo = KazooClient(hosts=hosts, timeout=session_timeout)
+        self.kazoo = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout,
+            # Reconnect within a couple of seconds of ZooKeeper coming back (kazoo's
+            # default back-off grows to a minute).
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0),
+        )
         self.kazoo.add_listener(self._on_state)
         self._session_lost = False
         self._stopping = False
@@ -164,6 +173,23 @@ class ZooKeeperClient:
         self.kazoo.close()
 
     def _wait(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs).get(timeout=self.operation_timeout)
+        except SessionExpiredError:
+            # Queued while disconnected and failed when the session turned out expired:
+            # it never ran. Once kazoo has a new session, try it again (once).
+            deadline = time.monotonic() + self.operation_timeout
+            while not self.kazoo.connected and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return self._wait_once(call, *args, **kwargs)
+        except KazooTimeoutError as e:
+            raise MetadataUnavailable(
+                f"ZooKeeper at {self.hosts} did not answer within {self.operation_timeout:.0f} s"
+            ) from e
+        except KazooException as e:
+            raise _translate(e) from e
+
+    def _wait_once(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return call(*args, **kwargs).get(timeout=self.operation_timeout)
         except KazooTimeoutError as e:

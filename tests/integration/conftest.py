@@ -20,6 +20,7 @@ from starlight_py.local import (
     endpoints_from_env,
     ensure_pulsar_distribution,
 )
+from starlight_py.local.cluster import LocalCluster
 from tests.support.amqp_fixtures import Created, delete_created
 from tests.support.proxy_runner import ProxyThread, proxy_config
 from tests.support.raw_amqp import RawClient
@@ -56,6 +57,40 @@ def services(
             pulsar.stop()
     finally:
         zookeeper.stop()
+
+
+@pytest.fixture(scope="session")
+def local_cluster(
+    tmp_path_factory: pytest.TempPathFactory, pulsar_distribution: Path
+) -> Iterator[LocalCluster]:
+    """Three proxy processes behind HAProxy, with a ZooKeeper and a Pulsar of their own
+    (not `services`: fault tests stop and restart them), shared by the whole session.
+
+    Tests that break something use `healthy_cluster`, which repairs what an earlier test
+    left broken. Started even when STARLIGHT_PULSAR_URL & co. name external servers."""
+    cluster = LocalCluster(
+        tmp_path_factory.mktemp("local_cluster"),
+        proxies=3,
+        # Short sessions, so a killed proxy's ephemeral znodes go away within a test.
+        proxy_settings={
+            "zooKeeperSessionTimeoutMillis": "4000",
+            "subscriptionCleanerIntervalMillis": "1000",
+            "subscriptionCleanerGracePeriodMillis": "2000",
+        },
+        distribution=pulsar_distribution,
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def healthy_cluster(local_cluster: LocalCluster) -> LocalCluster:
+    """`local_cluster` with every part running and every proxy up in HAProxy."""
+    local_cluster.start()
+    return local_cluster
 
 
 ProxyFactory = Callable[..., ProxyThread]

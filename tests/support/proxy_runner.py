@@ -16,6 +16,7 @@ class ProxyThread:
     def __init__(self, config: StarlightConfig) -> None:
         self.config = config
         self.url = ""
+        self.urls: list[str] = []
         self.port = 0
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -30,6 +31,7 @@ class ProxyThread:
                 self._scope = scope
                 async with trio.open_nursery() as nursery:
                     urls = await nursery.start(serve, self.config)
+                    self.urls = urls
                     self.url = urls[0]
                     self.port = int(self.url.rsplit(":", 1)[1])
                     self._ready.set()
@@ -53,6 +55,11 @@ class ProxyThread:
             trio.from_thread.run_sync(self._scope.cancel, trio_token=self._token)
         self._thread.join(15)
         assert not self._thread.is_alive(), "proxy thread did not stop"
+
+    def port_of(self, scheme: str) -> int:
+        """The port of the first listener with this scheme (amqp or amqps)."""
+        url = next(u for u in self.urls if u.startswith(f"{scheme}://"))
+        return int(url.rsplit(":", 1)[1])
 
     def amqp_url(self, vhost: str = "%2F", **params: object) -> str:
         query = "&".join(f"{k}={v}" for k, v in params.items())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -23,9 +24,21 @@ class Tuned:
 
 
 class RawClient:
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout: float = 10.0,
+        *,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str = "localhost",
+    ) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock: socket.socket = (
+            tls.wrap_socket(sock, server_hostname=server_hostname) if tls is not None else sock
+        )
         self.buffer = b""
+        self.mechanisms: list[str] = []  # offered in the last connection.start
 
     def close(self) -> None:
         self.sock.close()
@@ -91,20 +104,12 @@ class RawClient:
         frame_max: int | None = None,
         heartbeat: int | None = None,
         vhost: str = "/",
+        mechanism: str = "PLAIN",
+        response: str = "\x00guest\x00guest",
     ) -> Tuned:
-        """Header, start-ok (PLAIN guest/guest), tune-ok (server values unless given), open."""
-        self.send(PROTOCOL_HEADER)
-        _, start = self.read_method()
-        assert isinstance(start, commands.Connection.Start), start
-        self.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={"product": "raw-test"},
-                mechanism="PLAIN",
-                response="\x00guest\x00guest",
-            ),
-        )
-        _, tune = self.read_method()
+        """Header, start-ok (PLAIN guest/guest unless given), tune-ok (server values unless
+        given), open."""
+        tune = self.login(mechanism, response)
         assert isinstance(tune, commands.Connection.Tune), tune
         tuned = Tuned(
             tune.channel_max if channel_max is None else channel_max,
@@ -118,6 +123,22 @@ class RawClient:
         _, open_ok = self.read_method()
         assert isinstance(open_ok, commands.Connection.OpenOk), open_ok
         return tuned
+
+    def login(self, mechanism: str = "PLAIN", response: str = "\x00guest\x00guest") -> PamqpMethod:
+        """Header and start-ok; returns the server's answer (tune, or connection.close)."""
+        self.send(PROTOCOL_HEADER)
+        _, start = self.read_method()
+        assert isinstance(start, commands.Connection.Start), start
+        self.mechanisms = str(start.mechanisms).split()
+        self.send_method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={"product": "raw-test"},
+                mechanism=mechanism,
+                response=response,
+            ),
+        )
+        return self.read_method()[1]
 
     def open_channel(self, number: int) -> PamqpMethod:
         self.send_method(number, commands.Channel.Open())

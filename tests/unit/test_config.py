@@ -98,7 +98,30 @@ def test_every_key_is_read_from_its_env_var() -> None:
         "amqpMaxMessageSize": "1048576",
         "amqpHandshakeTimeoutMillis": "1500",
         "pulsarProducerMaxPendingMessages": "7",
+        "subscriptionCleanerEnabled": "false",
+        "subscriptionCleanerIntervalMillis": "2500",
+        "subscriptionCleanerGracePeriodMillis": "0",
+        "subscriptionCleanerMaxActionsPerPass": "3",
         "authenticationEnabled": "true",
+        "authenticationProviders": (
+            "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+        ),
+        "tokenSecretKey": "data:;base64,c2VjcmV0",
+        "tokenPublicKey": "file:///etc/starlight/public.key",
+        "tokenPublicAlg": "ES256",
+        "tokenAuthClaim": "email",
+        "tokenAudienceClaim": "aud2",
+        "tokenAudience": "starlight",
+        "tokenAllowedClockSkewSeconds": "30",
+        "tlsCertificateFilePath": "/tls/server.pem",
+        "tlsKeyFilePath": "/tls/server.key",
+        "tlsTrustCertsFilePath": "/tls/ca.pem",
+        "tlsRequireTrustedClientCertOnConnect": "true",
+        "tlsProtocols": "TLSv1.3",
+        "tlsCiphers": "ECDHE-RSA-AES256-GCM-SHA384, ECDHE-ECDSA-AES256-GCM-SHA384",
+        "tlsHandshakeTimeoutMillis": "2500",
+        "tlsCertRefreshCheckDurationSec": "60",
+        "tlsExternalPrincipalFrom": "san_dns",
         "logLevel": "WARNING",
     }
     assert set(values) == set(CONFIG_KEYS)
@@ -120,7 +143,28 @@ def test_every_key_is_read_from_its_env_var() -> None:
         max_message_size=1048576,
         handshake_timeout=1.5,
         producer_max_pending=7,
+        cleaner_enabled=False,
+        cleaner_interval=2.5,
+        cleaner_grace=0.0,
+        cleaner_max_actions=3,
         authentication_enabled=True,
+        authentication_providers=("token",),
+        token_secret_key="data:;base64,c2VjcmV0",
+        token_public_key="file:///etc/starlight/public.key",
+        token_public_alg="ES256",
+        token_auth_claim="email",
+        token_audience_claim="aud2",
+        token_audience="starlight",
+        token_clock_skew=30.0,
+        tls_certificate_file="/tls/server.pem",
+        tls_key_file="/tls/server.key",
+        tls_trust_certs_file="/tls/ca.pem",
+        tls_require_client_cert=True,
+        tls_protocols=("TLSv1.3",),
+        tls_ciphers=("ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES256-GCM-SHA384"),
+        tls_handshake_timeout=2.5,
+        tls_cert_refresh_interval=60.0,
+        tls_external_principal_from="san_dns",
         log_level="WARNING",
     )
 
@@ -177,7 +221,8 @@ def test_missing_file_is_an_os_error(tmp_path: Path) -> None:
     ("raw", "expected"), [("true", True), ("false", False), ("TRUE", True), (" False ", False)]
 )
 def test_bool_values(raw: str, expected: bool) -> None:
-    assert load_config(overrides={"authenticationEnabled": raw}).authentication_enabled is expected
+    cfg = load_config(overrides={"amqpAutoCreateNamespaces": raw})
+    assert cfg.auto_create_namespaces is expected
 
 
 @pytest.mark.parametrize("raw", ["yes", "1", "on", "", "truthy"])

@@ -1,0 +1,8 @@
+"""The one failure every authentication path raises."""
+
+from __future__ import annotations
+
+
+class AuthenticationFailed(Exception):
+    """The credentials were refused; the message is for logs, never for the client, and
+    never contains the secret that was refused."""
