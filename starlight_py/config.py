@@ -161,8 +161,10 @@ class StarlightConfig:
         default=False,
         metadata=_key(
             "authenticationEnabled",
-            "When false, any credentials are accepted (a warning is logged at start). When "
-            "true, clients log in with one of authenticationProviders (see docs/security.md).",
+            "When false, any credentials are accepted and nobody's permissions are checked (a "
+            "warning is logged at start). When true, clients log in with one of "
+            "authenticationProviders and may use only the vhosts and resources their "
+            "permissions allow (see docs/security.md).",
         ),
     )
     authentication_providers: tuple[str, ...] = field(
@@ -328,6 +330,23 @@ class StarlightConfig:
             "Most deletions (subscriptions, queues, entries) in one pass; the rest waits.",
         ),
     )
+    proxy_protocol: bool = field(
+        default=False,
+        metadata=_key(
+            "amqpProxyProtocol",
+            "Expect a PROXY protocol header (v1 or v2, as HAProxy's send-proxy / "
+            "send-proxy-v2 write) first on every plain amqp:// connection and log the client "
+            "address it names; connections without one are closed.",
+        ),
+    )
+    metrics_listener: str = field(
+        default="",
+        metadata=_key(
+            "metricsListener",
+            "http://host:port for /metrics (Prometheus), /healthz and /readyz; empty: off. "
+            "Example: http://0.0.0.0:9101.",
+        ),
+    )
     log_level: str = field(
         default="INFO",
         metadata=_key("logLevel", "DEBUG, INFO, WARNING or ERROR."),
@@ -372,6 +391,14 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("subscriptionCleanerGracePeriodMillis", "must not be negative")
     if cfg.cleaner_max_actions < 1:
         raise ConfigError("subscriptionCleanerMaxActionsPerPass", "must be positive")
+    if cfg.metrics_listener:
+        parts = urlsplit(cfg.metrics_listener)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "http" or not parts.hostname or port is None:
+            raise ConfigError("metricsListener", "must be http://host:port (or empty: off)")
     if cfg.log_level not in _LOG_LEVELS:
         raise ConfigError("logLevel", f"must be one of {', '.join(_LOG_LEVELS)}")
     _validate_security(cfg)

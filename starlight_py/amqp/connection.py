@@ -90,7 +90,10 @@ class _PartialContent:
     properties: commands.Basic.Properties | None = None
     raw_properties: bytes = b""
     body_size: int = 0
-    chunks: list[bytes] = field(default_factory=list)
+    # The first body frame is kept as is (most messages fit in one, and need no copy); from
+    # the second on, bytes are appended to one bytearray, so what is held is what was
+    # received: a list of chunks cost far more than their bytes for tiny or empty frames.
+    body: bytes | bytearray = b""
     received: int = 0
 
 
@@ -401,7 +404,12 @@ class AMQPConnection:
             raise UnexpectedFrame(
                 f"content body larger than the {content.body_size} bytes declared in its header"
             )
-        content.chunks.append(frame.payload)
+        if not content.body:
+            content.body = frame.payload
+        elif frame.payload:
+            if isinstance(content.body, bytes):
+                content.body = bytearray(content.body)
+            content.body += frame.payload
         if content.received == content.body_size:
             self._content_complete(number, channel, events)
 
@@ -409,7 +417,7 @@ class AMQPConnection:
         content = channel.content
         assert content is not None and content.properties is not None
         channel.content = None
-        body = content.chunks[0] if len(content.chunks) == 1 else b"".join(content.chunks)
+        body = content.body if isinstance(content.body, bytes) else bytes(content.body)
         events.append(
             ev.ContentReceived(
                 number, content.method, content.properties, body, content.raw_properties

@@ -36,12 +36,15 @@ from starlight_py.amqp.errors import (
 )
 from starlight_py.amqp.framing import method_ids
 from starlight_py.auth.authenticator import AuthenticationFailed, Principal
+from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
+from starlight_py.gateway.authorization import AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.consuming import Consumers
 from starlight_py.gateway.errors import as_amqp_error
 from starlight_py.gateway.message_methods import MessageMethods
 from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.topology_methods import VhostContext
+from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.units import SECONDS
 
 if TYPE_CHECKING:
@@ -167,6 +170,10 @@ class ClientConnection:
             await self._dispatch(event)
         except Exception as e:
             error = as_amqp_error(e)
+            if isinstance(e, MetadataUnavailable):
+                self.services.metrics.backend_error("zookeeper")
+            elif isinstance(e, BackendUnavailable | PulsarAdminError):
+                self.services.metrics.backend_error("pulsar")
             if error is None:
                 # Our bug, not the client's: 541, with the details in our log only.
                 self._log.exception("%s: internal error handling %s", self.id, type(event).__name__)
@@ -178,12 +185,17 @@ class ClientConnection:
         if isinstance(event, ev.LoginRequested):
             self._login(event)
         elif isinstance(event, ev.OpenRequested):
+            user = self.principal.name if self.principal else ""
+            access = AccessControl(self.services.permissions, event.virtual_host, user)
+            # Before open_vhost: a user without access must not create vhosts or namespaces.
+            await access.check_vhost()
             namespace = await self.services.open_vhost(event.virtual_host)
             self.vhost = VhostContext(
                 event.virtual_host,
                 namespace,
                 f"{self.services.proxy_id}/{self.id}",
-                user=self.principal.name if self.principal else "",
+                user=user,
+                access=access,
             )
             self.messages = self._message_methods(self.vhost)
             self.services.change_listeners.add(self._on_topology_change)
@@ -295,7 +307,13 @@ class ClientConnection:
         nursery = self._nursery
         assert nursery is not None
         publisher = Publisher(
-            self.conn, ctx, services.cache, services.topology, services.producers, self._kick
+            self.conn,
+            ctx,
+            services.cache,
+            services.topology,
+            services.producers,
+            self._kick,
+            services.metrics,
         )
         consumers = Consumers(
             self.conn,
@@ -307,6 +325,7 @@ class ClientConnection:
             self._kick,
             nursery.start_soon,
             services.requeued,
+            services.metrics,
         )
         return MessageMethods(self.conn, ctx, publisher, consumers)
 

@@ -39,6 +39,7 @@ from starlight_py.model import naming
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
+from starlight_py.ops.metrics import ProxyMetrics
 from starlight_py.topology.service import TopologyService, expires_after
 
 log = logging.getLogger("starlight.consume")
@@ -134,7 +135,9 @@ class Consumers:
         kick: Callable[[], None],
         spawn: Callable[..., None],
         requeued: RequeuedPositions,
+        metrics: ProxyMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or ProxyMetrics()
         self.conn = conn
         self.ctx = ctx
         self.cache = cache
@@ -375,12 +378,14 @@ class Consumers:
             else:
                 state.unacked[tag] = Unacked(handle, message, consumer.tag)
                 consumer.unacked += 1
+            redelivered = self._redelivered(handle, message)
+            self.metrics.delivered(self.ctx.vhost, len(decoded.body), redelivered)
             self.conn.send_content_raw(
                 state.number,
                 commands.Basic.Deliver(
                     consumer.tag,
                     tag,
-                    self._redelivered(handle, message),
+                    redelivered,
                     decoded.exchange,
                     decoded.routing_key,
                 ),
@@ -621,11 +626,13 @@ class Consumers:
                 await self._close_getter(state, binding_set.subscription)
             else:
                 state.unacked[tag] = Unacked(handle, message, None)
+            redelivered = self._redelivered(handle, message)
+            self.metrics.delivered(self.ctx.vhost, len(decoded.body), redelivered)
             self.conn.send_content_raw(
                 state.number,
                 commands.Basic.GetOk(
                     tag,
-                    self._redelivered(handle, message),
+                    redelivered,
                     decoded.exchange,
                     decoded.routing_key,
                     remaining,

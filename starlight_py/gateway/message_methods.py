@@ -13,6 +13,7 @@ from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.consuming import Consumers
 from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.topology_methods import VhostContext, resolve_queue_name
+from starlight_py.model.permissions import Access
 
 
 def _text(value: object) -> str:
@@ -50,11 +51,13 @@ class MessageMethods:
             self.consumers.reject(number, tag, False, bool(method.requeue), (60, 90))
         elif isinstance(method, commands.Basic.Consume):
             queue = resolve_queue_name(self.ctx, session, _text(method.queue), (60, 20))
+            await self.ctx.access.check_queue(Access.READ, queue, (60, 20))
             await self.consumers.consume(number, queue, method)
         elif isinstance(method, commands.Basic.Cancel):
             await self.consumers.cancel(number, _text(method.consumer_tag), bool(method.nowait))
         elif isinstance(method, commands.Basic.Get):
             queue = resolve_queue_name(self.ctx, session, _text(method.queue), (60, 70))
+            await self.ctx.access.check_queue(Access.READ, queue, (60, 70))
             await self.consumers.get(number, queue, bool(method.no_ack))
         elif isinstance(method, commands.Basic.Recover):
             if not method.requeue:

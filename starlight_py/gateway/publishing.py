@@ -9,6 +9,7 @@ per connection, so many confirms cost one wake-up.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,9 @@ from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
+from starlight_py.model.permissions import Access
 from starlight_py.model.topology import Exchange
+from starlight_py.ops.metrics import ProxyMetrics
 from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.publish")
@@ -87,6 +90,7 @@ class Publisher:
         topology: TopologyService,
         producers: ProducerPool,
         kick: Callable[[], None],
+        metrics: ProxyMetrics | None = None,
     ) -> None:
         self.conn = conn
         self.ctx = ctx
@@ -94,6 +98,7 @@ class Publisher:
         self.topology = topology
         self.producers = producers
         self.kick = kick
+        self.metrics = metrics or ProxyMetrics()
         self.confirms: dict[int, ConfirmTracker] = {}
         self.blocked = False
         self.results: Batcher[SendResult] = Batcher(
@@ -126,11 +131,12 @@ class Publisher:
         body: bytes,
         raw_properties: bytes = b"",
     ) -> None:
-        """Raises NotFound (no exchange), AccessRefused (internal exchange),
-        NotImplementedMethod (immediate)."""
+        """Raises NotFound (no exchange), AccessRefused (no write permission on the
+        exchange, or an internal exchange), NotImplementedMethod (immediate)."""
         channel = session.number
         if method.immediate:
             raise NotImplementedMethod("immediate=true", (60, 40))
+        await self.ctx.access.check_exchange(Access.WRITE, method.exchange or "", (60, 40))
         user_id = properties.user_id
         if user_id is not None and user_id != self.ctx.user:
             raise PreconditionFailed(
@@ -153,8 +159,10 @@ class Publisher:
             routed = await trio.to_thread.run_sync(
                 self.topology.has_route, self.ctx.vhost, exchange, routing_key, headers
             )
+        self.metrics.published(self.ctx.vhost, len(body))
         if not routed:
             if method.mandatory:
+                self.metrics.returned()
                 method_return = commands.Basic.Return(312, "NO_ROUTE", exchange.name, routing_key)
                 if raw_properties:
                     self.conn.send_content_raw(channel, method_return, raw_properties, body)
@@ -170,7 +178,10 @@ class Publisher:
             exchange.name, routing_key, properties, raw_properties or None
         )
 
+        handed_over = time.monotonic()
+
         def done(ok: bool, error: str) -> None:
+            self.metrics.send_done(ok, time.monotonic() - handed_over)
             self.results.put((channel, seq, ok, error))
 
         if producer.has_room() and producer.send_async(body, pulsar_properties, done):

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 from pamqp.common import FieldTable
@@ -26,6 +27,7 @@ from starlight_py.cluster.election import LeaderElection
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.consuming import RequeuedPositions
+from starlight_py.gateway.proxy_protocol import read_proxy_header
 from starlight_py.gateway.publishing import ProducerPool
 from starlight_py.gateway.tls import (
     ReloadingServerContext,
@@ -38,9 +40,13 @@ from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
+from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.metadata.records import Paths
 from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName, NamespaceRules
+from starlight_py.model.proxy_protocol import ProxyHeader, ProxyProtocolError
+from starlight_py.ops.health import serve_health
+from starlight_py.ops.metrics import LiveCounts, ProxyMetrics
 from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.server")
@@ -77,6 +83,10 @@ class ProxyServices:
     producers: ProducerPool
     ephemerals: EphemeralNodes | None = None
     cleaner: SubscriptionCleaner | None = None
+    # Checked on every operation when authentication is enabled; None: nobody is checked.
+    permissions: PermissionCache | None = None
+    metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
+    connections: set[ClientConnection] = field(default_factory=set)
     requeued: RequeuedPositions = field(default_factory=RequeuedPositions)
     # Connections to tell when the topology changes (consumers follow new bindings).
     change_listeners: set[Callable[[], None]] = field(default_factory=set)
@@ -121,7 +131,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     if not config.authentication_enabled:
         log.warning(
             "AUTHENTICATION IS DISABLED (authenticationEnabled=false): any client that can "
-            "reach the listeners gets in with any credentials"
+            "reach the listeners gets in with any credentials, and no permissions are checked"
         )
     elif "token" in config.authentication_providers and any(
         listener.scheme == "amqp" for listener in config.listeners
@@ -173,6 +183,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         else None
     )
     producers = ProducerPool(backend)
+    permissions = PermissionCache(zookeeper, paths) if config.authentication_enabled else None
     return ProxyServices(
         config,
         settings,
@@ -187,6 +198,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         producers,
         ephemerals,
         cleaner,
+        permissions=permissions,
     )
 
 
@@ -236,19 +248,70 @@ async def serve(
     tls = server_tls(config)
     services = build_services(config)
     services._token = trio.lowlevel.current_trio_token()
+    services.metrics.watch(
+        lambda: live_counts(services),
+        lambda: services.cache.last_change,
+        lambda: services.cleaner.stats if services.cleaner is not None else None,
+    )
     await _connect_metadata(services.zookeeper)
     services.cache.on_change(services.topology_changed)
     try:
         async with trio.open_nursery() as nursery:
             # TreeCache.start blocks until ZooKeeper answers: never keep listeners waiting.
             nursery.start_soon(trio.to_thread.run_sync, services.cache.start)
+            if services.permissions is not None:
+                nursery.start_soon(trio.to_thread.run_sync, services.permissions.start)
             await _serve(config, services, tls, task_status)
     finally:
         with trio.CancelScope(shield=True):
             services.cache.close()
+            if services.permissions is not None:
+                services.permissions.close()
             await trio.to_thread.run_sync(services.producers.close)
             await trio.to_thread.run_sync(services.backend.close)
             await trio.to_thread.run_sync(services.zookeeper.stop)
+
+
+def live_counts(services: ProxyServices) -> LiveCounts:
+    connections = list(services.connections)
+    channels = sum(len(c.channels) for c in connections)
+    consumers = sum(
+        len(state.consumers)
+        for c in connections
+        if c.messages is not None
+        for state in list(c.messages.consumers.channels.values())
+    )
+    return LiveCounts(len(connections), channels, consumers)
+
+
+def readiness_problems(services: ProxyServices) -> list[str]:
+    """Blocking: what keeps this proxy from serving well (empty: ready)."""
+    problems = []
+    if not services.zookeeper.connected:
+        problems.append(f"ZooKeeper {services.config.zookeeper_servers} not connected")
+    if not services.cache.ready.is_set():
+        problems.append("topology cache not loaded yet")
+    if services.permissions is not None and not services.permissions.ready.is_set():
+        problems.append("permission cache not loaded yet")
+    try:
+        services.topology.admin.clusters()
+    except Exception as e:
+        problems.append(f"Pulsar admin {services.config.pulsar_web_url} not answering: {e}")
+    return problems
+
+
+async def _proxy_header(
+    stream: trio.SocketStream, timeout: float, peer: str
+) -> tuple[ProxyHeader, trio.abc.Stream] | None:
+    """The PROXY protocol header (amqpProxyProtocol=true), or None after closing a
+    connection that does not send a valid one in time."""
+    try:
+        return await read_proxy_header(stream, timeout)
+    except (ProxyProtocolError, trio.TooSlowError, EOFError, trio.BrokenResourceError) as e:
+        log.warning("closing connection from %s: no valid PROXY protocol header (%s)", peer, e)
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+        return None
 
 
 async def _connect_metadata(zookeeper: ZooKeeperClient) -> None:
@@ -290,20 +353,42 @@ async def _serve(
             peer = "?"
         try:
             certificate = None
+            client_stream: trio.abc.Stream = stream
+            if config.proxy_protocol and isinstance(stream, trio.SocketStream):
+                found = await _proxy_header(stream, config.handshake_timeout, peer)
+                if found is None:
+                    return
+                header, client_stream = found
+                if header.source is not None:
+                    peer = f"{header.source[0]}:{header.source[1]} (via {peer})"
             if isinstance(stream, trio.SSLStream):
                 # In this connection's own task: a slow handshake delays no one else.
                 if not await complete_handshake(stream, config.tls_handshake_timeout, peer):
                     return
                 certificate = peer_certificate(stream)
-            await ClientConnection(
-                stream, services, peer, tls=is_tls, peer_certificate=certificate
-            ).run()
+            connection = ClientConnection(
+                client_stream, services, peer, tls=is_tls, peer_certificate=certificate
+            )
+            services.connections.add(connection)
+            try:
+                await connection.run()
+            finally:
+                services.connections.discard(connection)
         except Exception:
             # One connection's failure must never take the listener down.
             log.exception("connection from %s failed", peer)
 
-    task_status.started(urls)
     async with trio.open_nursery() as nursery:
+        if config.metrics_listener:
+            address = urlsplit(config.metrics_listener)
+            await nursery.start(
+                serve_health,
+                address.hostname or "127.0.0.1",
+                address.port or 0,
+                services.metrics,
+                lambda: readiness_problems(services),
+            )
+        task_status.started(urls)
         assert services.ephemerals is not None
         nursery.start_soon(
             cluster_duties,

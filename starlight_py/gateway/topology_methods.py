@@ -13,8 +13,10 @@ from pamqp import commands
 from pamqp.base import Frame as PamqpMethod
 
 from starlight_py.amqp.errors import AccessRefused, NotFound
+from starlight_py.gateway.authorization import ALLOW_ALL, AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.permissions import Access
 from starlight_py.model.topology import (
     DEFAULT_EXCHANGE,
     Exchange,
@@ -39,6 +41,8 @@ class VhostContext:
     owner: str  # "proxy-id/connection-id", the owner of exclusive queues
     user: str = ""  # the authenticated principal (basic.publish checks user_id against it)
     exclusive_queues: set[str] = field(default_factory=set)
+    # The user's permissions in the vhost (ALLOW_ALL when authentication is disabled).
+    access: AccessControl = ALLOW_ALL
 
 
 def _text(value: Any) -> str:
@@ -85,6 +89,7 @@ class TopologyMethods:
             await self._queue_unbind(ctx, session, method, reply)
         elif isinstance(method, commands.Queue.Purge):
             name = self._queue_name(ctx, session, _text(method.queue), (50, 30))
+            await ctx.access.check_queue(Access.READ, name, (50, 30))
             count = await self._run(
                 self.service.purge_queue, ctx.vhost, ctx.namespace, name, ctx.owner
             )
@@ -100,6 +105,8 @@ class TopologyMethods:
         name = _text(method.exchange)
         check_not_default_exchange(name, (40, 10))
         if not method.passive:
+            await ctx.access.check_exchange(Access.CONFIGURE, name, (40, 10))
+            await self._check_argument_exchange(ctx, method.arguments, name, (40, 10))
             check_exchange_type(_text(method.exchange_type))
         wanted = Exchange(
             name,
@@ -118,10 +125,29 @@ class TopologyMethods:
     ) -> None:
         name = _text(method.exchange)
         check_exchange_deletable(name, ctx.vhost)
+        await ctx.access.check_exchange(Access.CONFIGURE, name, (40, 20))
         await self._run(self.flush_publishes)
         await self._run(self.service.delete_exchange, ctx.vhost, name, bool(method.if_unused))
         if not method.nowait:
             reply(commands.Exchange.DeleteOk())
+
+    async def _check_argument_exchange(
+        self, ctx: VhostContext, arguments: Any, name: str, method: tuple[int, int]
+    ) -> None:
+        """RabbitMQ: declaring a queue with a dead-letter exchange, or an exchange with an
+        alternate exchange, also needs read on what is declared and write on that exchange
+        (a way to publish to it)."""
+        table = dict(arguments or {})
+        is_queue = method[0] == 50
+        key = "x-dead-letter-exchange" if is_queue else "alternate-exchange"
+        target = table.get(key)
+        if not isinstance(target, str | bytes) or not ctx.access.enforced:
+            return  # absent, or the wrong type, which the declare itself refuses
+        if is_queue:
+            await ctx.access.check_queue(Access.READ, name, method)
+        else:
+            await ctx.access.check_exchange(Access.READ, name, method)
+        await ctx.access.check_exchange(Access.WRITE, _text(target), method)
 
     def _queue_name(
         self, ctx: VhostContext, session: ChannelSession, name: str, method: tuple[int, int]
@@ -144,6 +170,9 @@ class TopologyMethods:
             name = server_named_queue()
         else:
             check_queue_name_declarable(name)
+        if not passive:
+            await ctx.access.check_queue(Access.CONFIGURE, name, (50, 10))
+            await self._check_argument_exchange(ctx, arguments, name, (50, 10))
         exclusive = bool(method.exclusive)
         wanted = Queue(
             name,
@@ -170,6 +199,7 @@ class TopologyMethods:
         reply: Reply,
     ) -> None:
         name = self._queue_name(ctx, session, _text(method.queue), (50, 40))
+        await ctx.access.check_queue(Access.CONFIGURE, name, (50, 40))
         count = await self._run(
             self.service.delete_queue,
             ctx.vhost,
@@ -191,9 +221,12 @@ class TopologyMethods:
         reply: Reply,
     ) -> None:
         exchange = _text(method.exchange)
+        queue = self._queue_name(ctx, session, _text(method.queue), (50, 20))
+        # RabbitMQ's order: write on the queue, the default exchange, read on the exchange.
+        await ctx.access.check_queue(Access.WRITE, queue, (50, 20))
         if exchange == DEFAULT_EXCHANGE:
             raise AccessRefused("operation not permitted on the default exchange", (50, 20))
-        queue = self._queue_name(ctx, session, _text(method.queue), (50, 20))
+        await ctx.access.check_exchange(Access.READ, exchange, (50, 20))
         await self._run(
             self.service.bind,
             ctx.vhost,
@@ -215,8 +248,10 @@ class TopologyMethods:
         reply: Reply,
     ) -> None:
         exchange = _text(method.exchange)
-        check_not_default_exchange(exchange, (50, 50))
         queue = self._queue_name(ctx, session, _text(method.queue), (50, 50))
+        await ctx.access.check_queue(Access.WRITE, queue, (50, 50))
+        check_not_default_exchange(exchange, (50, 50))
+        await ctx.access.check_exchange(Access.READ, exchange, (50, 50))
         await self._run(self.flush_publishes)
         await self._run(
             self.service.unbind,

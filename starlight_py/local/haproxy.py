@@ -133,6 +133,7 @@ def haproxy_config(
     *,
     check_interval: float = 500 * MILLISECONDS,
     balance: str = "roundrobin",
+    send_proxy: bool = False,
 ) -> str:
     """HAProxy configuration for a TCP frontend on ``127.0.0.1:port`` spreading AMQP clients
     over proxies listening on ``127.0.0.1:<backend_ports[i]>`` (named by :func:`server_name`).
@@ -148,8 +149,12 @@ def haproxy_config(
     if balance not in ("roundrobin", "leastconn"):
         raise ValueError(f"balance must be roundrobin or leastconn, not {balance!r}")
     interval = _duration(check_interval)
+    # send_proxy: a PROXY protocol v2 header first on every connection, health checks too
+    # (the proxies then run with amqpProxyProtocol=true).
+    proxy_options = " send-proxy-v2 check-send-proxy" if send_proxy else ""
+    check_connect = " send-proxy" if send_proxy else ""
     servers = "".join(
-        f"    server {server_name(index)} {LOOPBACK}:{backend_port} check\n"
+        f"    server {server_name(index)} {LOOPBACK}:{backend_port} check{proxy_options}\n"
         for index, backend_port in enumerate(backend_ports)
     )
     return f"""\
@@ -183,7 +188,7 @@ frontend {FRONTEND_NAME}
 backend {BACKEND_NAME}
     balance {balance}
     option tcp-check
-    tcp-check connect
+    tcp-check connect{check_connect}
     # The AMQP 0-9-1 protocol header; a live proxy answers with connection.start.
     tcp-check send-binary {PROTOCOL_HEADER.hex()}
     tcp-check expect min-recv {_CONNECTION_START_PREFIX_LEN} rbinary {_CONNECTION_START_HEX}
@@ -267,9 +272,11 @@ class HAProxy:
         *,
         check_interval: float = 500 * MILLISECONDS,
         balance: str = "roundrobin",
+        send_proxy: bool = False,
         log: Log = log_to_stderr,
     ) -> None:
         """Raises ValueError for arguments :func:`haproxy_config` refuses."""
+        self.send_proxy = send_proxy
         self.data_dir = data_dir.resolve()
         self.port = port if port is not None else free_port()
         self.backend_ports = tuple(backend_ports)
@@ -284,6 +291,7 @@ class HAProxy:
             Path("check"),
             check_interval=check_interval,
             balance=balance,
+            send_proxy=send_proxy,
         )
         self._process = ServerProcess("HAProxy", self.data_dir / "haproxy.log")
 
@@ -342,6 +350,7 @@ class HAProxy:
             self.stats_socket,
             check_interval=self.check_interval,
             balance=self.balance,
+            send_proxy=self.send_proxy,
         )
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)

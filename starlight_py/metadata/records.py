@@ -12,8 +12,13 @@ Layout under the root (default `/starlight`), version 1:
     {root}/v1/vhosts/{vhost}/queues/{name}/consumed   (empty: an auto-delete queue had a consumer)
     {root}/v1/vhosts/{vhost}/queues/{name}/used       (x-expires queues: written when used)
     {root}/v1/vhosts/{vhost}/retired/{subscription}   RetiredSubscription
+    {root}/v1/permissions/{vhost}                     (empty: the vhost's principals)
+    {root}/v1/permissions/{vhost}/{principal}         PermissionRecord
     {root}/v1/proxies/{proxy-id}                      ProxyRecord (ephemeral)
     {root}/v1/cleaner/candidate-{sequence}            (ephemeral: SubscriptionCleaner election)
+
+Permissions live outside `{root}/v1/vhosts`, so they can be set before a vhost exists (as
+with `rabbitmqctl set_permissions`) and survive its deletion.
 
 Each vhost is its own subtree, so writes to one vhost never touch another's znodes, and no
 znode's data grows with the number of queues or bindings (lists are children, not data).
@@ -31,6 +36,7 @@ from typing import Any
 from starlight_py.model.field_values import table_from_json, table_to_json
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import escape
+from starlight_py.model.permissions import Permission
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.topology import Exchange, Queue
 
@@ -109,6 +115,16 @@ class Paths:
         return f"{self.queue(vhost, queue)}/used"
 
     @property
+    def permissions(self) -> str:
+        return f"{self.root}/v1/permissions"
+
+    def vhost_permissions(self, vhost: str) -> str:
+        return f"{self.permissions}/{segment(vhost)}"
+
+    def permission(self, vhost: str, principal: str) -> str:
+        return f"{self.vhost_permissions(vhost)}/{segment(principal)}"
+
+    @property
     def proxies(self) -> str:
         return f"{self.root}/v1/proxies"
 
@@ -132,6 +148,15 @@ class VhostRecord:
     namespace: NamespaceName
     # True when an operator mapped it (starlight-admin); False when made by the rules.
     explicit: bool = False
+
+
+@dataclass(frozen=True)
+class PermissionRecord:
+    """What `principal` may configure, write and read in `vhost`."""
+
+    vhost: str
+    principal: str
+    permission: Permission
 
 
 @dataclass(frozen=True)
@@ -226,6 +251,13 @@ def encode(record: object) -> bytes:
             "namespace": str(record.namespace),
             "explicit": record.explicit,
         }
+    elif isinstance(record, PermissionRecord):
+        body = {
+            "kind": "permission",
+            "vhost": record.vhost,
+            "principal": record.principal,
+            "permission": record.permission.to_json(),
+        }
     elif isinstance(record, Exchange):
         body = {
             "kind": "exchange",
@@ -284,7 +316,9 @@ def encode(record: object) -> bytes:
     return json.dumps({"schema": SCHEMA_VERSION, **body}, sort_keys=True).encode("utf-8")
 
 
-def decode(data: bytes) -> VhostRecord | Exchange | Queue | BindingSet | RetiredSubscription:
+def decode(
+    data: bytes,
+) -> VhostRecord | Exchange | Queue | BindingSet | RetiredSubscription | PermissionRecord:
     """Parse a record; raises RecordError for corrupt data or an unknown schema."""
     try:
         body = json.loads(data)
@@ -294,6 +328,10 @@ def decode(data: bytes) -> VhostRecord | Exchange | Queue | BindingSet | Retired
         if kind == "vhost":
             return VhostRecord(
                 body["name"], NamespaceName.parse(body["namespace"]), body["explicit"]
+            )
+        if kind == "permission":
+            return PermissionRecord(
+                body["vhost"], body["principal"], Permission.from_json(body["permission"])
             )
         if kind == "exchange":
             return Exchange(

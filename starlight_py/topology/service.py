@@ -222,13 +222,16 @@ class TopologyService:
 
     # ---- vhosts -------------------------------------------------------------------------------
 
-    def ensure_vhost(self, vhost: str, namespace: NamespaceName) -> VhostRecord:
-        """The vhost's record, created with its predeclared exchanges on first use."""
+    def ensure_vhost(
+        self, vhost: str, namespace: NamespaceName, explicit: bool = False
+    ) -> VhostRecord:
+        """The vhost's record, created with its predeclared exchanges on first use
+        (`explicit`: mapped by an operator, not by the rules)."""
         existing = self.get_vhost(vhost)
         if existing is not None:
             return existing
         self.zk.ensure_path(self.paths.vhosts)
-        record = VhostRecord(vhost, namespace, explicit=False)
+        record = VhostRecord(vhost, namespace, explicit=explicit)
         ops: list[Op] = [
             Create(self.paths.vhost(vhost), encode(record)),
             Create(self.paths.exchanges(vhost)),

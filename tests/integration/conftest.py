@@ -21,6 +21,10 @@ from starlight_py.local import (
     ensure_pulsar_distribution,
 )
 from starlight_py.local.cluster import LocalCluster
+from starlight_py.metadata.permissions import PermissionStore
+from starlight_py.metadata.records import Paths
+from starlight_py.metadata.zookeeper import ZooKeeperClient
+from starlight_py.model.permissions import FULL_PERMISSION
 from tests.support.amqp_fixtures import Created, delete_created
 from tests.support.proxy_runner import ProxyThread, proxy_config
 from tests.support.raw_amqp import RawClient
@@ -112,6 +116,33 @@ def start_proxy(services: ServiceEndpoints) -> Iterator[ProxyFactory]:
     yield start
     for proxy in started:
         proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def permission_store(services: ServiceEndpoints) -> Iterator[PermissionStore]:
+    """Permissions in the ZooKeeper the proxies of `start_proxy` use (default root)."""
+    client = ZooKeeperClient(services.zookeeper)
+    client.start()
+    config = proxy_config(services.zookeeper, services.pulsar_service_url, services.pulsar_web_url)
+    yield PermissionStore(client, Paths(config.metadata_root))
+    client.stop()
+
+
+@pytest.fixture
+def grant_all(permission_store: PermissionStore) -> Iterator[Callable[..., None]]:
+    """Proxies started with authenticationEnabled=true let in only principals with
+    permissions: `grant_all("alice", "bob")` gives them `.* .* .*` in vhost `/` for the
+    test (cleared after it)."""
+    granted: list[tuple[str, str]] = []
+
+    def grant(*principals: str, vhost: str = "/") -> None:
+        for principal in principals:
+            permission_store.set(vhost, principal, FULL_PERMISSION)
+            granted.append((vhost, principal))
+
+    yield grant
+    for vhost, principal in granted:
+        permission_store.clear(vhost, principal)
 
 
 @pytest.fixture

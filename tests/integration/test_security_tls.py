@@ -10,7 +10,7 @@ import socket
 import ssl
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import aio_pika
 import aiormq.exceptions
@@ -40,6 +40,12 @@ def server(pki: TestPKI) -> Issued:
 @pytest.fixture(scope="module")
 def alice(pki: TestPKI) -> Issued:
     return pki.client("alice", dns_names=("alice.example.com",), emails=("alice@example.com",))
+
+
+@pytest.fixture(autouse=True)
+def permitted(grant_all: Callable[..., None]) -> None:
+    # With authentication on, only principals with permissions in a vhost may open it.
+    grant_all("alice", "alice@example.com")
 
 
 @pytest.fixture

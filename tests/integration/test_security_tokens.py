@@ -10,7 +10,7 @@ import base64
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,12 @@ def round_trip(connection: pika.BlockingConnection) -> bytes:
     channel.queue_declare(queue, exclusive=True)
     channel.basic_publish("", queue, b"with a token")
     return get_one(channel, queue, auto_ack=True)[2]
+
+
+@pytest.fixture(autouse=True)
+def permitted(grant_all: Callable[..., None]) -> None:
+    # With authentication on, only principals with permissions in a vhost may open it.
+    grant_all("alice", "svc-orders", "svc-billing", "celery-worker")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from starlight_py.metadata.records import (
     BindingEntry,
     BindingSet,
     Paths,
+    PermissionRecord,
     RecordError,
     RetiredSubscription,
     VhostRecord,
@@ -29,6 +30,7 @@ from starlight_py.metadata.records import (
     topic_segment,
 )
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.permissions import Permission
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.topology import Exchange, Queue
 
@@ -72,6 +74,7 @@ RECORDS = [
     ),
     RetiredSubscription("orders~~k", "q1~~0123456789ab", "q1", END, True, 1714564801.5),
     RetiredSubscription("events", "q1~~a1b2c3d4e5f6", "q1", None, False, 1714564802.0),
+    PermissionRecord("/", "alice", Permission("^amq\\.gen-.*", ".*", "")),
 ]
 
 
@@ -92,10 +95,32 @@ def test_every_record_is_json_with_schema_1_and_its_kind(record: object) -> None
             Queue: "queue",
             BindingSet: "binding_set",
             RetiredSubscription: "retired_subscription",
+            PermissionRecord: "permission",
         }[type(record)]
     )
     # Sorted keys: the same record is always the same bytes (a no-op set changes nothing).
     assert list(body) == sorted(body)
+
+
+def test_the_json_of_a_permission_record() -> None:
+    record = PermissionRecord("t/n", "CN=app", Permission("^q-", "x", ""))
+    assert json.loads(encode(record)) == {
+        "schema": 1,
+        "kind": "permission",
+        "vhost": "t/n",
+        "principal": "CN=app",
+        "permission": {"configure": "^q-", "write": "x", "read": ""},
+    }
+
+
+def test_a_permission_record_with_an_invalid_pattern_is_a_record_error() -> None:
+    body = {"schema": 1, "kind": "permission", "vhost": "/", "principal": "u"}
+    with pytest.raises(RecordError, match="corrupt"):
+        permission = {"configure": "(", "write": "", "read": ""}
+        decode(json.dumps({**body, "permission": permission}).encode())
+    with pytest.raises(RecordError, match="corrupt"):
+        permission = {"configure": ".*", "write": ""}
+        decode(json.dumps({**body, "permission": permission}).encode())
 
 
 def test_the_json_of_each_record() -> None:
@@ -430,6 +455,11 @@ def test_the_paths_are_the_layout_records_py_documents() -> None:
             PATHS.queue_used(vhost, queue),
             {"name": segment(queue)},
         ),
+        "{root}/v1/permissions/{vhost}": (PATHS.vhost_permissions(vhost), {}),
+        "{root}/v1/permissions/{vhost}/{principal}": (
+            PATHS.permission(vhost, "CN=app/1"),
+            {"principal": segment("CN=app/1")},
+        ),
         "{root}/v1/proxies/{proxy-id}": (PATHS.proxy("host-1-ab"), {"proxy-id": "host-1-ab"}),
         "{root}/v1/cleaner/candidate-{sequence}": (
             f"{PATHS.cleaner_election}/candidate-0000000007",
@@ -442,6 +472,7 @@ def test_the_paths_are_the_layout_records_py_documents() -> None:
         assert template.format(**values, **extra) == path
     assert layout["{root}/v1/vhosts/{vhost}"] == "VhostRecord"
     assert layout["{root}/v1/vhosts/{vhost}/retired/{subscription}"] == "RetiredSubscription"
+    assert layout["{root}/v1/permissions/{vhost}/{principal}"] == "PermissionRecord"
 
 
 # ---- bindings ---------------------------------------------------------------------------------

@@ -1,0 +1,5 @@
+import sys
+
+from starlight_py.admin.cli import main
+
+sys.exit(main())

@@ -1,0 +1,65 @@
+"""`topics`: the Pulsar topics and subscriptions behind a vhost, exchange or queue, for
+Spark jobs and Pulsar-native consumers (the format is in docs/mapping.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from starlight_py.admin import inventory
+from starlight_py.admin.context import AdminContext
+from starlight_py.admin.errors import AdminError
+from starlight_py.admin.output import Table
+from starlight_py.admin.parsing import Subcommands, add_command, add_vhost_option
+from starlight_py.model import naming
+
+
+def register(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "topics",
+        "the Pulsar topics and subscriptions behind a vhost, an exchange or a queue",
+        list_topics,
+    )
+    add_vhost_option(parser)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--exchange", help="only this exchange's topics")
+    which.add_argument("--queue", help="only the subscriptions this queue reads")
+
+
+COLUMNS = ("exchange", "routing_key", "topic", "queue", "subscription")
+
+
+def list_topics(ctx: AdminContext, args: argparse.Namespace) -> Table:
+    record = ctx.vhost(args.vhost)
+    namespace = record.namespace
+    bindings = inventory.bindings(ctx, args.vhost)
+    unbound_topics: list[str] = []
+    if args.exchange is not None:
+        found = ctx.topology.get_exchange(args.vhost, args.exchange)
+        if found is None:
+            raise AdminError(f"no exchange '{args.exchange}' in vhost '{args.vhost}'")
+        exchange = found[0]
+        bindings = [b for b in bindings if b.source == args.exchange]
+        if exchange.type != naming.DIRECT_EXCHANGE_TYPE and exchange.name != "":
+            # One topic for the whole exchange, listed even while nothing is bound.
+            topic = naming.exchange_topic(namespace, exchange.name, exchange.type, "")
+            if not any(b.topic == topic.local for b in bindings):
+                unbound_topics.append(str(topic))
+    if args.queue is not None:
+        if ctx.topology.get_queue(args.vhost, args.queue) is None:
+            raise AdminError(f"no queue '{args.queue}' in vhost '{args.vhost}'")
+        bindings = [b for b in bindings if b.destination == args.queue]
+    rows: list[tuple[str, str | None, str, str | None, str | None]] = [
+        (args.exchange, None, topic, None, None) for topic in unbound_topics
+    ]
+    for binding in bindings:
+        rows.append(
+            (
+                binding.source,
+                binding.routing_key,
+                str(naming.TopicName(namespace, binding.topic)),
+                binding.destination,
+                binding.subscription,
+            )
+        )
+    return Table(COLUMNS, rows)

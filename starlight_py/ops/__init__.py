@@ -1,0 +1,1 @@
+"""What operators watch: Prometheus metrics and the health endpoints."""

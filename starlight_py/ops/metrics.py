@@ -1,0 +1,145 @@
+"""The proxy's Prometheus metrics, one registry per proxy (several proxies can share a
+process in tests). Counters are updated where things happen (publish, delivery, confirm,
+errors); gauges of live state (connections, channels, consumers, cache age, the cleaner)
+are read when scraped."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from starlight_py.cluster.cleaner import CleanerStats
+
+
+@dataclass(frozen=True)
+class LiveCounts:
+    connections: int
+    channels: int
+    consumers: int
+
+
+class _LiveState(Collector):
+    def __init__(
+        self,
+        live: Callable[[], LiveCounts],
+        cache_last_change: Callable[[], float],
+        cleaner: Callable[[], CleanerStats | None],
+    ) -> None:
+        self._live = live
+        self._cache_last_change = cache_last_change
+        self._cleaner = cleaner
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self._live()
+        yield GaugeMetricFamily(
+            "starlight_connections", "Open AMQP connections.", value=counts.connections
+        )
+        yield GaugeMetricFamily("starlight_channels", "Open AMQP channels.", value=counts.channels)
+        yield GaugeMetricFamily(
+            "starlight_consumers", "AMQP consumers (basic.consume).", value=counts.consumers
+        )
+        last = self._cache_last_change()
+        yield GaugeMetricFamily(
+            "starlight_metadata_cache_age_seconds",
+            "Time since the topology cache last applied a change from ZooKeeper.",
+            value=time.time() - last if last else 0.0,
+        )
+        stats = self._cleaner()
+        if stats is None:
+            return
+        yield GaugeMetricFamily(
+            "starlight_cleaner_leader",
+            "1 when this proxy runs the SubscriptionCleaner.",
+            value=1.0 if stats.leader else 0.0,
+        )
+        actions = CounterMetricFamily(
+            "starlight_cleaner_actions", "What the SubscriptionCleaner did.", labels=["action"]
+        )
+        actions.add_metric(["subscription_drained"], stats.subscriptions_drained)
+        actions.add_metric(["subscription_deleted"], stats.subscriptions_deleted)
+        actions.add_metric(["entry_pruned"], stats.entries_pruned)
+        for reason, count in sorted(stats.queues_deleted.items()):
+            actions.add_metric([f"queue_deleted_{reason.replace('-', '_')}"], count)
+        yield actions
+        yield CounterMetricFamily(
+            "starlight_cleaner_errors", "Failed cleaner steps.", value=stats.errors
+        )
+
+
+class ProxyMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.messages_in = Counter(
+            "starlight_messages_published", "Messages published.", ["vhost"], registry=r
+        )
+        self.bytes_in = Counter(
+            "starlight_bytes_published", "Body bytes published.", ["vhost"], registry=r
+        )
+        self.messages_out = Counter(
+            "starlight_messages_delivered",
+            "Messages delivered (basic.deliver and get-ok).",
+            ["vhost"],
+            registry=r,
+        )
+        self.bytes_out = Counter(
+            "starlight_bytes_delivered", "Body bytes delivered.", ["vhost"], registry=r
+        )
+        self.redeliveries = Counter(
+            "starlight_redeliveries", "Deliveries flagged redelivered.", ["vhost"], registry=r
+        )
+        self.confirms = Counter(
+            "starlight_publisher_confirms",
+            "Pulsar send results of published messages (ack: written; nack: failed).",
+            ["result"],
+            registry=r,
+        )
+        self.returns = Counter(
+            "starlight_returns", "basic.return sent (mandatory, unroutable).", registry=r
+        )
+        self.confirm_latency = Histogram(
+            "starlight_publish_confirm_seconds",
+            "From a publish handed to Pulsar to Pulsar's answer.",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.backend_errors = Counter(
+            "starlight_backend_errors",
+            "Operations failed because ZooKeeper or Pulsar could not be used.",
+            ["service"],
+            registry=r,
+        )
+
+    def watch(
+        self,
+        live: Callable[[], LiveCounts],
+        cache_last_change: Callable[[], float],
+        cleaner: Callable[[], CleanerStats | None],
+    ) -> None:
+        self.registry.register(_LiveState(live, cache_last_change, cleaner))
+
+    def published(self, vhost: str, size: int) -> None:
+        self.messages_in.labels(vhost).inc()
+        self.bytes_in.labels(vhost).inc(size)
+
+    def delivered(self, vhost: str, size: int, redelivered: bool) -> None:
+        self.messages_out.labels(vhost).inc()
+        self.bytes_out.labels(vhost).inc(size)
+        if redelivered:
+            self.redeliveries.labels(vhost).inc()
+
+    def send_done(self, ok: bool, seconds: float) -> None:
+        """Any thread (Pulsar's callback)."""
+        self.confirms.labels("ack" if ok else "nack").inc()
+        self.confirm_latency.observe(seconds)
+
+    def returned(self) -> None:
+        self.returns.inc()
+
+    def backend_error(self, service: str) -> None:
+        self.backend_errors.labels(service).inc()

@@ -1,0 +1,133 @@
+"""The operators' endpoint (`metricsListener`): Prometheus counts after known traffic,
+`/healthz`, and `/readyz` following ZooKeeper's availability."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+
+from starlight_py.local import ServiceEndpoints, ZooKeeperServer
+from starlight_py.local.ports import free_port
+from tests.integration.conftest import ProxyFactory
+from tests.support.amqp_fixtures import unique
+
+
+def fetch(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_ready(url: str) -> None:
+    """Until /readyz says ready (the topology cache loads in the background at start)."""
+    deadline = time.monotonic() + 30
+    while fetch(url)[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def sample(text: str, name: str, labels: str = "") -> float:
+    """The value of one sample in Prometheus text format (0 when absent)."""
+    wanted = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        if key == wanted:
+            return float(value)
+    return 0.0
+
+
+def test_a_scrape_after_known_traffic_shows_its_counts(start_proxy: ProxyFactory) -> None:
+    port = free_port()
+    proxy = start_proxy(metricsListener=f"http://127.0.0.1:{port}")
+    base = f"http://127.0.0.1:{port}"
+    assert fetch(f"{base}/healthz") == (200, "ok\n")
+    wait_ready(f"{base}/readyz")
+    status, body = fetch(f"{base}/readyz")
+    assert status == 200 and json.loads(body) == {"ready": True, "problems": []}
+    assert fetch(f"{base}/nothing")[0] == 404
+
+    queue = unique("q", "metrics")
+    with pika.BlockingConnection(pika.URLParameters(proxy.amqp_url())) as conn:
+        channel = conn.channel()
+        channel.queue_declare(queue)
+        channel.confirm_delivery()
+        for _ in range(10):
+            channel.basic_publish("", queue, b"x" * 100)
+        with pytest.raises(pika.exceptions.UnroutableError):
+            channel.basic_publish("", unique("nowhere", "metrics"), b"y" * 7, mandatory=True)
+        tags = []
+        for method, _, _ in channel.consume(queue, inactivity_timeout=5):
+            if method is None:
+                break
+            channel.basic_ack(method.delivery_tag)
+            tags.append(method.delivery_tag)
+            if len(tags) == 10:
+                break
+        _, during = fetch(f"{base}/metrics")
+        channel.cancel()
+        channel.queue_delete(queue)
+
+    vhost = 'vhost="/"'
+    assert sample(during, "starlight_messages_published_total", vhost) == 11
+    assert sample(during, "starlight_bytes_published_total", vhost) == 1007
+    assert sample(during, "starlight_messages_delivered_total", vhost) == 10
+    assert sample(during, "starlight_bytes_delivered_total", vhost) == 1000
+    assert sample(during, "starlight_publisher_confirms_total", 'result="ack"') == 10
+    assert sample(during, "starlight_publisher_confirms_total", 'result="nack"') == 0
+    assert sample(during, "starlight_returns_total") == 1
+    assert sample(during, "starlight_publish_confirm_seconds_count") == 10
+    assert sample(during, "starlight_connections") == 1
+    assert sample(during, "starlight_channels") == 1
+    assert sample(during, "starlight_consumers") == 1
+    _, after = fetch(f"{base}/metrics")
+    assert sample(after, "starlight_connections") == 0
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path, pulsar_distribution: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper this test may stop (the session's is shared)."""
+    server = ZooKeeperServer(tmp_path / "zookeeper", distribution=pulsar_distribution)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_readyz_follows_zookeeper(
+    start_proxy: ProxyFactory, services: ServiceEndpoints, own_zookeeper: ZooKeeperServer
+) -> None:
+    port = free_port()
+    start_proxy(
+        metricsListener=f"http://127.0.0.1:{port}",
+        configurationStoreServers=own_zookeeper.connect_string,
+    )
+    readyz = f"http://127.0.0.1:{port}/readyz"
+    wait_ready(readyz)
+
+    def status() -> tuple[int, dict[str, object]]:
+        code, body = fetch(readyz)
+        return code, json.loads(body)
+
+    assert status()[0] == 200
+    own_zookeeper.stop()
+    deadline = time.monotonic() + 30
+    while status()[0] != 503 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    code, body = status()
+    assert code == 503 and body["ready"] is False
+    assert any("ZooKeeper" in str(p) for p in body["problems"])  # type: ignore[union-attr]
+    own_zookeeper.start()
+    deadline = time.monotonic() + 30
+    while status()[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status() == (200, {"ready": True, "problems": []})
+    assert fetch(f"http://127.0.0.1:{port}/healthz")[0] == 200
