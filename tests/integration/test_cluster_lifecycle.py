@@ -209,6 +209,7 @@ def test_an_exclusive_queue_is_locked_on_every_proxy_and_goes_with_its_connectio
     assert reply_code(lambda c: c.basic_consume(queue, lambda *a: None), second) == 405
     assert reply_code(lambda c: c.basic_get(queue), second) == 405
     assert reply_code(lambda c: c.queue_delete(queue), second) == 405
+    channel.confirm_delivery()  # counts come from Pulsar: wait until it has the message
     channel.basic_publish("", queue, b"mine")
     assert channel.queue_declare(queue, passive=True).method.message_count == 1
     owner.close()
@@ -266,6 +267,7 @@ def test_an_auto_delete_queue_without_any_consumer_ever_stays(
     with connect(proxy) as conn:
         channel = conn.channel()
         channel.queue_declare(queue, auto_delete=True)
+        channel.confirm_delivery()
         channel.basic_publish("", queue, b"x")
         assert channel.basic_get(queue, auto_ack=True)[2] == b"x"
         time.sleep(GRACE_MS / 1000 * 3)
@@ -422,6 +424,7 @@ def test_drained_unbound_entries_of_a_shared_binding_set_are_pruned(
             return [e.routing_key for e in record.entries]  # type: ignore[union-attr]
 
         assert eventually(lambda: entries() == ["c"])
+        channel.confirm_delivery()
         channel.basic_publish(exchange, "", b"still routed")
         assert channel.queue_declare(queue, passive=True).method.message_count == 1
         channel.queue_delete(queue)
