@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -115,6 +116,10 @@ class ProxyMetrics:
             registry=r,
         )
 
+        self._by_vhost: dict[str, tuple[Any, Any, Any, Any, Any]] = {}
+        self._acks = self.confirms.labels("ack")
+        self._nacks = self.confirms.labels("nack")
+
     def watch(
         self,
         live: Callable[[], LiveCounts],
@@ -123,19 +128,34 @@ class ProxyMetrics:
     ) -> None:
         self.registry.register(_LiveState(live, cache_last_change, cleaner))
 
+    def _of(self, vhost: str) -> tuple[Any, Any, Any, Any, Any]:
+        # Labelled children are looked up once per vhost: this runs for every message.
+        found = self._by_vhost.get(vhost)
+        if found is None:
+            found = self._by_vhost[vhost] = (
+                self.messages_in.labels(vhost),
+                self.bytes_in.labels(vhost),
+                self.messages_out.labels(vhost),
+                self.bytes_out.labels(vhost),
+                self.redeliveries.labels(vhost),
+            )
+        return found
+
     def published(self, vhost: str, size: int) -> None:
-        self.messages_in.labels(vhost).inc()
-        self.bytes_in.labels(vhost).inc(size)
+        messages, size_counter, _, _, _ = self._of(vhost)
+        messages.inc()
+        size_counter.inc(size)
 
     def delivered(self, vhost: str, size: int, redelivered: bool) -> None:
-        self.messages_out.labels(vhost).inc()
-        self.bytes_out.labels(vhost).inc(size)
+        _, _, messages, size_counter, redeliveries = self._of(vhost)
+        messages.inc()
+        size_counter.inc(size)
         if redelivered:
-            self.redeliveries.labels(vhost).inc()
+            redeliveries.inc()
 
     def send_done(self, ok: bool, seconds: float) -> None:
         """Any thread (Pulsar's callback)."""
-        self.confirms.labels("ack" if ok else "nack").inc()
+        (self._acks if ok else self._nacks).inc()
         self.confirm_latency.observe(seconds)
 
     def returned(self) -> None:
