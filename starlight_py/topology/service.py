@@ -410,17 +410,19 @@ class TopologyService:
         return True
 
     def queue_counts(self, vhost: str, namespace: NamespaceName, name: str) -> QueueCounts:
-        """Ready messages and consumers, from Pulsar subscription stats (live)."""
+        """Ready messages, from Pulsar subscription stats (live), and AMQP consumers, from
+        their ZooKeeper registrations: every proxy registers a consumer before consume-ok
+        and removes it before cancel-ok, while a Pulsar consumer stays open after a cancel
+        as long as the channel holds messages it delivered (and basic.get uses Pulsar
+        consumers too)."""
         ready = 0
-        consumers: set[str] = set()
         for binding_set, _ in self.binding_sets(vhost, name):
             topic = naming.TopicName(namespace, binding_set.topic)
             stats = self.admin.subscription_stats(topic).get(binding_set.subscription)
             if stats is not None:
                 ready += max(0, stats.backlog - stats.unacked)
-                # basic.get's short-lived consumers are not AMQP consumers.
-                consumers.update(n for n in stats.consumer_names if "/get/" not in n)
-        return QueueCounts(ready, len(consumers))
+        consumers = len(self.zk.children(self.paths.queue_consumers(vhost, name)))
+        return QueueCounts(ready, consumers)
 
     def delete_queue(
         self,

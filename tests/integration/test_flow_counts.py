@@ -175,6 +175,27 @@ def test_consumer_count_follows_consumers(
     assert wait_for_counts(observer, queue, (0, 0)) == (0, 0)
 
 
+def test_cancelled_consumer_holding_unacked_messages_is_not_counted(
+    connection: BlockingConnection, created: Created
+) -> None:
+    """RabbitMQ counts consumers, not channels holding deliveries: right after cancel-ok the
+    count drops and delete(if_unused) succeeds, while the messages stay unacked."""
+    channel = confirming_channel(connection)
+    queue = created.queue()
+    channel.queue_declare(queue)
+    publish(channel, queue, 3)
+    received: list[int] = []
+    tag = channel.basic_consume(queue, lambda ch, m, p, b: received.append(m.delivery_tag))
+    deadline = time.monotonic() + 10
+    while len(received) < 3 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.1)
+    assert len(received) == 3
+    channel.basic_cancel(tag)
+    assert counts(connection.channel(), queue) == (0, 0)
+    ok = connection.channel().queue_delete(queue, if_unused=True).method
+    assert isinstance(ok, pika.spec.Queue.DeleteOk)
+
+
 # --- delete-ok / purge-ok -----------------------------------------------------------
 
 
