@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from starlight_py.backend.broker_auth import BrokerAuthError, parse_broker_auth
 from starlight_py.units import KIB, MIB, MILLISECONDS, SECONDS
 
 ENV_PREFIX = "STARLIGHT_"
@@ -79,6 +80,75 @@ class StarlightConfig:
     pulsar_web_url: str = field(
         default="http://127.0.0.1:8080",
         metadata=_key("brokerWebServiceURL", "Pulsar admin REST URL (http:// or https://)."),
+    )
+    broker_service_url_tls: str = field(
+        default="",
+        metadata=_key(
+            "brokerServiceURLTLS",
+            "Pulsar binary protocol URL over TLS (pulsar+ssl://host:6651), used instead of "
+            "brokerServiceURL when tlsEnabledWithBroker=true.",
+        ),
+    )
+    broker_web_url_tls: str = field(
+        default="",
+        metadata=_key(
+            "brokerWebServiceURLTLS",
+            "Pulsar admin REST URL over TLS (https://host:8443), used instead of "
+            "brokerWebServiceURL when tlsEnabledWithBroker=true.",
+        ),
+    )
+    tls_enabled_with_broker: bool = field(
+        default=False,
+        metadata=_key(
+            "tlsEnabledWithBroker",
+            "Connect to Pulsar over TLS: brokerServiceURLTLS and brokerWebServiceURLTLS (or "
+            "brokerServiceURL / brokerWebServiceURL when they already are pulsar+ssl:// and "
+            "https://). Refused at start if neither is a TLS URL.",
+        ),
+    )
+    broker_client_trust_certs_file: str = field(
+        default="",
+        metadata=_key(
+            "brokerClientTrustCertsFilePath",
+            "PEM CA certificates that sign the Pulsar brokers' certificates; empty trusts the "
+            "system CAs.",
+        ),
+    )
+    broker_tls_hostname_verification: bool = field(
+        default=True,
+        metadata=_key(
+            "tlsHostnameVerificationEnabled",
+            "Check that the Pulsar brokers' certificates name the host of the broker URLs. "
+            "(Pulsar's own default is false; ours is the safe one.)",
+        ),
+    )
+    broker_tls_allow_insecure: bool = field(
+        default=False,
+        metadata=_key(
+            "tlsAllowInsecureConnection",
+            "Accept any certificate from the Pulsar brokers, unverified. Tests only: anyone "
+            "on the network path can then impersonate Pulsar and read the proxy's token.",
+        ),
+    )
+    broker_client_auth_plugin: str = field(
+        default="",
+        metadata=_key(
+            "brokerClientAuthenticationPlugin",
+            "How the proxy authenticates to Pulsar: "
+            "org.apache.pulsar.client.impl.auth.AuthenticationToken (or token), "
+            "org.apache.pulsar.client.impl.auth.AuthenticationTls (or tls), or empty (none). "
+            "Pulsar must grant the proxy's role super-user (or tenant admin) rights.",
+        ),
+    )
+    broker_client_auth_parameters: str = field(
+        default="",
+        repr=False,
+        metadata=_key(
+            "brokerClientAuthenticationParameters",
+            'Token: token:<jwt>, file:///path/to/token (re-read at each use) or {"token": '
+            '"<jwt>"}. TLS: tlsCertFile:/path/cert.pem,tlsKeyFile:/path/key.pem (the '
+            "certificate's CN is the role). Never logged.",
+        ),
     )
     listeners: tuple[Listener, ...] = field(
         default=(Listener("amqp", "127.0.0.1", 5672),),
@@ -155,6 +225,22 @@ class StarlightConfig:
             "amqpHandshakeTimeoutMillis",
             "Time a client has from TCP connect to connection.open before it is disconnected.",
             "ms",
+        ),
+    )
+    max_connections: int = field(
+        default=0,
+        metadata=_key(
+            "amqpMaxConnections",
+            "Most client connections this proxy holds; 0 means no limit. Connections over "
+            "it are refused at connection.open with 530 NOT_ALLOWED.",
+        ),
+    )
+    max_connections_per_ip: int = field(
+        default=0,
+        metadata=_key(
+            "amqpMaxConnectionsPerIp",
+            "Most client connections from one address; 0 means no limit. Behind a load "
+            "balancer this needs amqpProxyProtocol, or every client has its address.",
         ),
     )
     authentication_enabled: bool = field(
@@ -351,12 +437,31 @@ class StarlightConfig:
         default="INFO",
         metadata=_key("logLevel", "DEBUG, INFO, WARNING or ERROR."),
     )
+    log_format: str = field(
+        default="text",
+        metadata=_key(
+            "logFormat",
+            "text (one readable line per record) or json (one JSON object per line with "
+            "timestamp, level, logger, message, connection and exception, for log shippers).",
+        ),
+    )
+    shutdown_drain: float = field(
+        default=10 * SECONDS,
+        metadata=_key(
+            "shutdownDrainMillis",
+            "On SIGTERM the listeners close at once, then clients get this long to leave on "
+            "their own before the rest are closed with 320 CONNECTION_FORCED. 0 closes them "
+            "at once; a second SIGTERM or SIGINT cuts the wait short.",
+            "ms",
+        ),
+    )
 
     def __post_init__(self) -> None:
         _validate(self)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
 
 
 def _validate(cfg: StarlightConfig) -> None:
@@ -370,6 +475,7 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("brokerServiceURL", "must start with pulsar:// or pulsar+ssl://")
     if urlsplit(cfg.pulsar_web_url).scheme not in ("http", "https"):
         raise ConfigError("brokerWebServiceURL", "must start with http:// or https://")
+    _validate_broker_client(cfg)
     # 4096 is the AMQP 0-9-1 minimum frame size every peer must accept.
     if not 4096 <= cfg.frame_max <= 64 * MIB:
         raise ConfigError("amqpMaxFrameSize", "must be between 4096 and 67108864")
@@ -383,6 +489,10 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("amqpMaxMessageSize", "must be positive")
     if cfg.handshake_timeout <= 0:
         raise ConfigError("amqpHandshakeTimeoutMillis", "must be positive")
+    if cfg.max_connections < 0:
+        raise ConfigError("amqpMaxConnections", "must not be negative (0: no limit)")
+    if cfg.max_connections_per_ip < 0:
+        raise ConfigError("amqpMaxConnectionsPerIp", "must not be negative (0: no limit)")
     if cfg.zookeeper_session_timeout < 2 * SECONDS:
         raise ConfigError("zooKeeperSessionTimeoutMillis", "must be at least 2000")
     if cfg.cleaner_interval <= 0:
@@ -401,6 +511,10 @@ def _validate(cfg: StarlightConfig) -> None:
             raise ConfigError("metricsListener", "must be http://host:port (or empty: off)")
     if cfg.log_level not in _LOG_LEVELS:
         raise ConfigError("logLevel", f"must be one of {', '.join(_LOG_LEVELS)}")
+    if cfg.log_format not in LOG_FORMATS:
+        raise ConfigError("logFormat", f"must be one of {', '.join(LOG_FORMATS)}")
+    if cfg.shutdown_drain < 0:
+        raise ConfigError("shutdownDrainMillis", "must not be negative")
     _validate_security(cfg)
     for name in ("default_tenant", "default_namespace"):
         value = getattr(cfg, name)
@@ -427,6 +541,30 @@ TOKEN_PUBLIC_ALGORITHMS = (
     "ES512",
 )
 EXTERNAL_PRINCIPAL_SOURCES = ("cn", "san_dns", "san_email")
+
+
+def _validate_broker_client(cfg: StarlightConfig) -> None:
+    """The proxy's own connection to Pulsar: TLS URLs and credentials (parsed, not read:
+    a token file is read when used, so a rotated file is picked up)."""
+    if cfg.broker_service_url_tls and not cfg.broker_service_url_tls.startswith("pulsar+ssl://"):
+        raise ConfigError("brokerServiceURLTLS", "must start with pulsar+ssl://")
+    if cfg.broker_web_url_tls and not cfg.broker_web_url_tls.startswith("https://"):
+        raise ConfigError("brokerWebServiceURLTLS", "must start with https://")
+    if cfg.tls_enabled_with_broker:
+        service = cfg.broker_service_url_tls or cfg.pulsar_service_url
+        web = cfg.broker_web_url_tls or cfg.pulsar_web_url
+        if not service.startswith("pulsar+ssl://"):
+            raise ConfigError(
+                "brokerServiceURLTLS", "required (pulsar+ssl://...) by tlsEnabledWithBroker=true"
+            )
+        if not web.startswith("https://"):
+            raise ConfigError(
+                "brokerWebServiceURLTLS", "required (https://...) by tlsEnabledWithBroker=true"
+            )
+    try:
+        parse_broker_auth(cfg.broker_client_auth_plugin, cfg.broker_client_auth_parameters)
+    except BrokerAuthError as e:
+        raise ConfigError(e.key, str(e)) from e
 
 
 def _validate_security(cfg: StarlightConfig) -> None:

@@ -8,7 +8,7 @@ from functools import cached_property
 from starlight_py.admin.errors import AdminError, UsageError
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
-from starlight_py.config import StarlightConfig
+from starlight_py.config import ConfigError, StarlightConfig
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.records import Paths, VhostRecord
 from starlight_py.metadata.zookeeper import ZooKeeperClient
@@ -43,7 +43,10 @@ class AdminContext:
 
     @cached_property
     def admin(self) -> PulsarAdmin:
-        return PulsarAdmin(self.config.pulsar_web_url)
+        try:
+            return PulsarAdmin.from_config(self.config)
+        except ConfigError as e:
+            raise UsageError(f"configuration error: {e}") from e
 
     @cached_property
     def topology(self) -> TopologyService:
@@ -55,7 +58,10 @@ class AdminContext:
     def backend(self) -> PulsarBackend:
         """A Pulsar client, for the few commands that read subscriptions (queue purge)."""
         if self._backend is None:
-            self._backend = PulsarBackend(self.config.pulsar_service_url)
+            try:
+                self._backend = PulsarBackend.from_config(self.config)
+            except ConfigError as e:
+                raise UsageError(f"configuration error: {e}") from e
         return self._backend
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from starlight_py.amqp.errors import (
     CommandInvalid,
     NotAllowed,
     PreconditionFailed,
+    ResourceError,
     UnexpectedFrame,
 )
 
@@ -55,6 +56,18 @@ class ServerSettings:
     max_message_size: int
     mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
     server_properties: FieldTable = field(default_factory=dict)
+
+
+# Clients cut a body into frames of frame_max - 8 bytes (frame_max is at least 4096). Far
+# smaller frames, or empty ones, only cost CPU without progress: past this many, the
+# connection is closed with 506 RESOURCE_ERROR.
+BODY_FRAME_MIN_AVERAGE = 256
+BODY_FRAME_ALLOWANCE = 64
+
+
+def max_body_frames(body_size: int) -> int:
+    """The most body frames one message of `body_size` bytes may come in."""
+    return body_size // BODY_FRAME_MIN_AVERAGE + BODY_FRAME_ALLOWANCE
 
 
 class ConnectionState(Enum):
@@ -95,6 +108,7 @@ class _PartialContent:
     # received: a list of chunks cost far more than their bytes for tiny or empty frames.
     body: bytes | bytearray = b""
     received: int = 0
+    frames: int = 0
 
 
 @dataclass
@@ -400,6 +414,12 @@ class AMQPConnection:
         if content is None or content.properties is None:
             raise UnexpectedFrame(f"unexpected content body on channel {number}")
         content.received += len(frame.payload)
+        content.frames += 1
+        if content.frames > max_body_frames(content.body_size):
+            raise ResourceError(
+                f"too many body frames ({content.frames}) for a message of "
+                f"{content.body_size} bytes"
+            )
         if content.received > content.body_size:
             raise UnexpectedFrame(
                 f"content body larger than the {content.body_size} bytes declared in its header"

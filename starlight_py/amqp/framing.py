@@ -28,6 +28,10 @@ FRAME_HEARTBEAT: Final = 8
 FRAME_END: Final = 0xCE
 FRAME_OVERHEAD: Final = 8  # 7-byte header + 1 end byte
 _HEADER = struct.Struct(">BHI")
+# Field tables and arrays nested deeper than this are refused with 501 FRAME_ERROR: every
+# layer that handles a message (codec, ZooKeeper records, re-encoding for delivery) walks
+# them recursively. Python's own recursion limit stops pamqp long before frame_max would.
+MAX_FIELD_NESTING: Final = 64
 _HEARTBEAT_BYTES: Final = _HEADER.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
 
 
@@ -147,7 +151,35 @@ def _decode_method(payload: bytes) -> PamqpMethod:
     except Exception as e:  # pamqp raises struct.error, ValueError, KeyError, IndexError...
         # RabbitMQ: 501 FRAME_ERROR "cannot decode", with the method's ids.
         raise FrameError(f"cannot decode {method.name}: {e}", ids) from e
+    for _, value in method:
+        if isinstance(value, dict | list) and nesting(value) > MAX_FIELD_NESTING:
+            raise FrameError(
+                f"cannot decode {method.name}: field table nested deeper than "
+                f"{MAX_FIELD_NESTING} levels",
+                ids,
+            )
     return method
+
+
+def nesting(value: object) -> int:
+    """How deep field tables and arrays nest in `value` (0 for a plain value); iterative,
+    so a hostile value cannot exhaust the stack here."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        if deepest > MAX_FIELD_NESTING:
+            return deepest
+        stack.extend((child, depth) for child in children)
+    return deepest
 
 
 def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
@@ -160,6 +192,11 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
         raise FrameError(f"cannot decode content header: {e}") from e
     if content_header.class_id != commands.Basic.frame_id:
         raise UnexpectedFrame(f"content header for class {content_header.class_id}")
+    headers = content_header.properties.headers
+    if headers is not None and nesting(headers) > MAX_FIELD_NESTING:
+        raise FrameError(
+            f"cannot decode content header: headers nested deeper than {MAX_FIELD_NESTING} levels"
+        )
     return HeaderFrame(channel, content_header.body_size, content_header.properties, payload[12:])
 
 

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
+import ssl
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import quote, unquote_plus
 
+from starlight_py.backend.broker_auth import BrokerAuth, BrokerAuthError, BrokerClientSettings
+from starlight_py.config import ConfigError, StarlightConfig
 from starlight_py.model.naming import TopicName, quote_path_segment
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.units import SECONDS
@@ -56,11 +61,33 @@ class _RedirectKeepingMethod(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
-_OPENER = urllib.request.build_opener(_RedirectKeepingMethod())
+log = logging.getLogger("starlight.pulsar")
 
 
 class BackendUnavailable(Exception):
-    """Pulsar could not be reached (connection refused, timeout)."""
+    """Pulsar could not be reached (connection refused, timeout, TLS handshake failed)."""
+
+
+class PulsarAuthenticationRefused(BackendUnavailable):
+    """Pulsar refused the proxy's own credentials: the proxy is misconfigured (or its
+    token expired), so Pulsar is as unusable as if it were down. Never the client's fault."""
+
+
+class RefusalLog:
+    """Logs "Pulsar refused authentication" at ERROR at most once a minute: every client
+    operation hits the same refusal, and the log must stay readable."""
+
+    def __init__(self, interval: float = 60 * SECONDS) -> None:
+        self.interval = interval
+        self._last = -interval
+
+    def report(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            log.error("%s", message)
+        else:
+            log.debug("%s", message)
 
 
 class PulsarAdminError(Exception):
@@ -86,27 +113,74 @@ class SubscriptionStats:
 
 
 class PulsarAdmin:
-    """Admin REST calls against `web_url` (e.g. http://127.0.0.1:8080)."""
+    """Admin REST calls against `web_url` (e.g. http://127.0.0.1:8080, or https:// with
+    `settings` giving the trusted CAs and the proxy's credentials)."""
 
-    def __init__(self, web_url: str, timeout: float = 10 * SECONDS) -> None:
+    def __init__(
+        self,
+        web_url: str,
+        timeout: float = 10 * SECONDS,
+        *,
+        settings: BrokerClientSettings | None = None,
+    ) -> None:
+        """Raises BrokerAuthError when a CA, certificate or key file of `settings` cannot
+        be loaded."""
         self.web_url = web_url.rstrip("/")
         self.timeout = timeout
+        self._auth = settings.auth if settings is not None else BrokerAuth()
+        handlers: list[urllib.request.BaseHandler] = [_RedirectKeepingMethod()]
+        if settings is not None and self.web_url.startswith("https:"):
+            handlers.append(urllib.request.HTTPSHandler(context=settings.ssl_context()))
+        self._opener = urllib.request.build_opener(*handlers)
+        self._refusals = RefusalLog()
+
+    @classmethod
+    def from_config(cls, config: StarlightConfig) -> PulsarAdmin:
+        """The admin client of the proxy's configuration (TLS URL, trust and credentials
+        when configured). Raises ConfigError when a CA, certificate or key file is unusable."""
+        settings = BrokerClientSettings.from_config(config)
+        try:
+            return cls(settings.web_url, settings=settings)
+        except BrokerAuthError as e:
+            raise ConfigError(e.key, str(e)) from e
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._auth.method == "token":
+            try:
+                headers["Authorization"] = f"Bearer {self._auth.current_token()}"
+            except BrokerAuthError as e:
+                self._refusals.report(f"cannot authenticate to Pulsar: {e}")
+                raise BackendUnavailable(f"cannot authenticate to Pulsar: {e}") from e
+        return headers
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
         request = urllib.request.Request(
-            self.web_url + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            self.web_url + path, data=data, method=method, headers=self._headers()
         )
         try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
+            with self._opener.open(request, timeout=self.timeout) as response:
                 status = response.status
                 payload = response.read()
         except urllib.error.HTTPError as e:
+            if e.code == 401:
+                message = (
+                    f"Pulsar refused authentication: HTTP 401 {_reason(e)} from {self.web_url} "
+                    f"(the proxy sent {self._auth.describe()}; check "
+                    "brokerClientAuthenticationPlugin and brokerClientAuthenticationParameters)"
+                )
+                self._refusals.report(message)
+                raise PulsarAuthenticationRefused(message) from e
             raise PulsarAdminError(e.code, _reason(e)) from e
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLError):
+                raise BackendUnavailable(
+                    f"TLS handshake with the Pulsar admin API at {self.web_url} failed: "
+                    f"{e.reason} (check brokerClientTrustCertsFilePath and the URL's host name)"
+                ) from e
+            raise BackendUnavailable(f"Pulsar admin API at {self.web_url} unreachable: {e}") from e
+        except (OSError, http.client.HTTPException) as e:
             raise BackendUnavailable(f"Pulsar admin API at {self.web_url} unreachable: {e}") from e
         try:
             return json.loads(payload) if payload else None

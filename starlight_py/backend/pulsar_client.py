@@ -16,7 +16,13 @@ from typing import Any
 
 import pulsar
 
-from starlight_py.backend.pulsar_admin import BackendUnavailable
+from starlight_py.backend.broker_auth import BrokerAuthError, BrokerClientSettings
+from starlight_py.backend.pulsar_admin import (
+    BackendUnavailable,
+    PulsarAuthenticationRefused,
+    RefusalLog,
+)
+from starlight_py.config import ConfigError, StarlightConfig
 from starlight_py.model.naming import TopicName
 from starlight_py.model.positions import MessageIdRecord
 
@@ -170,12 +176,61 @@ class ConsumerHandle:
             log.debug("closing consumer: %s", e)
 
 
+# What a timeout on the binary protocol may mean: the broker drops a connection whose
+# credentials it refuses without saying why, and pulsar-client retries until it times out.
+_TIMEOUT_HINT = (
+    "Pulsar did not answer in time (down, or refusing the proxy's credentials or TLS: "
+    "check brokerClientAuthenticationParameters and brokerClientTrustCertsFilePath)"
+)
+
+
+def _client_security(settings: BrokerClientSettings) -> dict[str, Any]:
+    """pulsar.Client keyword arguments for TLS trust and the proxy's credentials."""
+    options: dict[str, Any] = {
+        "tls_allow_insecure_connection": settings.allow_insecure,
+        "tls_validate_hostname": settings.validate_hostname and not settings.allow_insecure,
+    }
+    if settings.trust_certs_file:
+        options["tls_trust_certs_file_path"] = settings.trust_certs_file
+    auth = settings.auth
+    if auth.method == "tls":
+        options["authentication"] = pulsar.AuthenticationTLS(auth.cert_file, auth.key_file)
+    elif auth.method == "token" and auth.token_file:
+        options["authentication"] = pulsar.AuthenticationToken(_token_supplier(settings))
+    elif auth.method == "token":
+        options["authentication"] = pulsar.AuthenticationToken(auth.token)
+    return options
+
+
+def _token_supplier(settings: BrokerClientSettings) -> Callable[[], str]:
+    """Reads the token file each time pulsar-client (re)connects, so a rotated token is
+    used without a restart. Runs on a pulsar thread: it must not raise."""
+    refusals = RefusalLog()
+
+    def supply() -> str:
+        try:
+            return settings.auth.current_token()
+        except BrokerAuthError as e:
+            refusals.report(f"cannot authenticate to Pulsar: {e}")
+            return ""
+
+    return supply
+
+
 class PulsarBackend:
     """One pulsar-client Client per proxy process."""
 
-    def __init__(self, service_url: str, producer_max_pending: int = 5000) -> None:
+    def __init__(
+        self,
+        service_url: str,
+        producer_max_pending: int = 5000,
+        *,
+        settings: BrokerClientSettings | None = None,
+    ) -> None:
         self.service_url = service_url
         self.producer_max_pending = producer_max_pending
+        security = _client_security(settings) if settings is not None else {}
+        self._refusals = RefusalLog()
         self._client = pulsar.Client(
             service_url,
             operation_timeout_seconds=10,
@@ -185,7 +240,30 @@ class PulsarBackend:
             # every DEBUG line it considers, which cost a quarter to a half of the proxy's
             # CPU per message (docs/performance.md).
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+            **security,
         )
+
+    @classmethod
+    def from_config(cls, config: StarlightConfig) -> PulsarBackend:
+        """The client of the proxy's configuration (TLS URL, trust and credentials when
+        configured); logs how it connects, never a secret. Raises ConfigError when the
+        configured certificate files cannot be used."""
+        settings = BrokerClientSettings.from_config(config)
+        log.info("Pulsar connection: %s", settings.describe())
+        try:
+            return cls(settings.service_url, config.producer_max_pending, settings=settings)
+        except (pulsar.PulsarException, ValueError) as e:
+            raise ConfigError("brokerClientAuthenticationParameters", str(e)) from e
+
+    def _unusable(self, what: str, e: Exception) -> BackendUnavailable:
+        """The exception for a failed create/subscribe that means Pulsar cannot be used."""
+        if isinstance(e, pulsar.AuthenticationError):
+            message = f"Pulsar refused authentication: {what}: {e}"
+            self._refusals.report(message)
+            return PulsarAuthenticationRefused(message)
+        if isinstance(e, pulsar.Timeout):
+            return BackendUnavailable(f"{what}: {_TIMEOUT_HINT}")
+        return BackendUnavailable(f"{what}: {e}")
 
     def create_producer(self, topic: TopicName) -> ProducerHandle:
         """Blocking. Raises BackendUnavailable or BackendError."""
@@ -199,8 +277,8 @@ class PulsarBackend:
                 batching_enabled=False,
                 send_timeout_millis=30000,
             )
-        except (pulsar.Timeout, pulsar.ConnectError) as e:
-            raise BackendUnavailable(f"cannot create a producer on {topic}: {e}") from e
+        except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:
+            raise self._unusable(f"cannot create a producer on {topic}", e) from e
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot create a producer on {topic}: {e}") from e
         # Leave the client's own queue a margin above our limit, so it never reports full.
@@ -234,8 +312,8 @@ class PulsarBackend:
                 initial_position=pulsar.InitialPosition.Latest,
                 **kwargs,
             )
-        except (pulsar.Timeout, pulsar.ConnectError) as e:
-            raise BackendUnavailable(f"cannot consume from {topic}: {e}") from e
+        except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:
+            raise self._unusable(f"cannot consume from {topic}", e) from e
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot consume from {topic}: {e}") from e
         return handle

@@ -45,6 +45,7 @@ from starlight_py.gateway.message_methods import MessageMethods
 from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.zookeeper import MetadataUnavailable
+from starlight_py.structured_logging import current_connection
 from starlight_py.units import SECONDS
 
 if TYPE_CHECKING:
@@ -55,6 +56,10 @@ log = logging.getLogger("starlight.connection")
 CLOSE_OK_TIMEOUT = 3 * SECONDS
 LINGER_AFTER_CLOSE = 1 * SECONDS
 RECEIVE_SIZE = 64 * 1024
+# Output waiting while the client does not read what we already sent: past this, we stop
+# reading its input too (a client publishing with confirms but never reading would
+# otherwise grow our buffers without end).
+MAX_PENDING_OUTPUT = 4 * 1024 * 1024
 _ids = itertools.count(1)
 
 
@@ -69,8 +74,11 @@ class ClientConnection:
         *,
         tls: bool = False,
         peer_certificate: bytes | None = None,
+        refusal: str | None = None,
     ) -> None:
+        """`refusal`: why connection.open is to be refused (a connection limit)."""
         self.stream = stream
+        self.refusal = refusal
         self.services = services
         self.peer = peer
         self.id = f"conn-{next(_ids)}"
@@ -89,13 +97,19 @@ class ClientConnection:
         self._nursery: trio.Nursery | None = None
         self._bindings_changed = trio.Event()
         self._wakeup = trio.Event()
+        self._output_taken = trio.Event()
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
         self._handshake_deadline = trio.current_time() + services.config.handshake_timeout
         self._close_deadline: float | None = None
+        # Set while a graceful shutdown settles confirms: input waits in the socket.
+        self._input_gate: trio.Event | None = None
+        self._handling_input = False
         self._log = logging.LoggerAdapter(log, {"conn": self.id})
 
     async def run(self) -> None:
+        # Tasks started from here inherit it: their records name this connection.
+        current_connection.set(self.id)
         self._log.debug("%s accepted from %s", self.id, self.peer)
         try:
             async with trio.open_nursery() as nursery:
@@ -160,8 +174,15 @@ class ClientConnection:
                 scope.cancel()
                 return
             self._last_received = trio.current_time()
+            while self.conn.pending_output > MAX_PENDING_OUTPUT and not self.conn.closed:
+                self._output_taken = trio.Event()
+                await self._output_taken.wait()
+            while self._input_gate is not None:
+                await self._input_gate.wait()
+            self._handling_input = True
             for event in self.conn.receive_data(data):
                 await self._handle(event)
+            self._handling_input = False
             self._kick()
 
     async def _handle(self, event: ev.Event) -> None:
@@ -185,6 +206,8 @@ class ClientConnection:
         if isinstance(event, ev.LoginRequested):
             self._login(event)
         elif isinstance(event, ev.OpenRequested):
+            if self.refusal is not None:
+                raise NotAllowed(self.refusal, (10, 40))
             user = self.principal.name if self.principal else ""
             access = AccessControl(self.services.permissions, event.virtual_host, user)
             # Before open_vhost: a user without access must not create vhosts or namespaces.
@@ -343,6 +366,7 @@ class ClientConnection:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             data = self.conn.data_to_send()
+            self._output_taken.set()
             if data:
                 try:
                     await self.stream.send_all(data)
@@ -394,6 +418,46 @@ class ClientConnection:
             self._kick()
             tick = min(1.0, heartbeat / 4) if heartbeat else 1.0
             await trio.sleep(max(0.05, tick))
+
+    # ---- graceful shutdown (see gateway/shutdown.py) ----------------------------------------
+
+    def hold_input(self) -> None:
+        """Stop handling what the client sends (it waits in the socket) until
+        `release_input`: nothing new is published while confirms are being settled."""
+        if self._input_gate is None:
+            self._input_gate = trio.Event()
+
+    def release_input(self) -> None:
+        gate, self._input_gate = self._input_gate, None
+        if gate is not None:
+            gate.set()
+
+    @property
+    def handling_input(self) -> bool:
+        """True while a received chunk is being handled (a publish may be on its way to
+        Pulsar without having been handed over yet)."""
+        return self._handling_input
+
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes on confirm channels whose ack/nack has not been sent yet."""
+        if self.messages is None:
+            return 0
+        return sum(tracker.outstanding for tracker in self.messages.publisher.confirms.values())
+
+    def force_close(self, error: ConnectionForced) -> None:
+        """Close the connection from our side (connection.close with `error`); a socket that
+        has not even sent the protocol header is just dropped."""
+        if self.conn.state is ConnectionState.AWAITING_HEADER:
+            self.conn.abort()
+        elif self.conn.state not in (
+            ConnectionState.CLOSED,
+            ConnectionState.CLOSING,
+            ConnectionState.CLIENT_CLOSING,
+        ):
+            self._log.info("%s: closing connection from %s: %s", self.id, self.peer, error.text)
+            self.conn.fail(error)
+        self._kick()
 
     # ---- the end ----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from starlight_py.amqp.errors import AMQPError, InternalError
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
+from starlight_py.backend.pulsar_client import BackendError
 from starlight_py.metadata.records import RecordError
 from starlight_py.metadata.zookeeper import MetadataUnavailable, TransactionFailed
 from starlight_py.topology.service import TopologyConflict
@@ -22,7 +23,7 @@ def as_amqp_error(error: Exception, method: tuple[int, int] = (0, 0)) -> AMQPErr
         return InternalError(f"metadata store unavailable: {error}", method)
     if isinstance(error, BackendUnavailable):
         return InternalError(f"Pulsar unavailable: {error}", method)
-    if isinstance(error, PulsarAdminError):
+    if isinstance(error, PulsarAdminError | BackendError):
         return InternalError(f"Pulsar refused the operation: {error}", method)
     if isinstance(error, TopologyConflict | TransactionFailed):
         return InternalError(f"concurrent topology change, retry: {error}", method)

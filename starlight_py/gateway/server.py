@@ -26,9 +26,11 @@ from starlight_py.cluster.duties import cluster_duties
 from starlight_py.cluster.election import LeaderElection
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
+from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
 from starlight_py.gateway.consuming import RequeuedPositions
 from starlight_py.gateway.proxy_protocol import read_proxy_header
 from starlight_py.gateway.publishing import ProducerPool
+from starlight_py.gateway.shutdown import ShutdownRequest, shut_down_when_requested
 from starlight_py.gateway.tls import (
     ReloadingServerContext,
     TlsListener,
@@ -90,6 +92,9 @@ class ProxyServices:
     requeued: RequeuedPositions = field(default_factory=RequeuedPositions)
     # Connections to tell when the topology changes (consumers follow new bindings).
     change_listeners: set[Callable[[], None]] = field(default_factory=set)
+    # Set when a graceful shutdown starts: /readyz answers 503 from then on.
+    shutting_down: bool = False
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def topology_changed(self) -> None:
         """Runs on kazoo's thread: only schedules work on trio's."""
@@ -162,11 +167,11 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     rules = NamespaceRules(
         config.default_tenant, config.default_namespace, config.map_short_vhost_to_tenant
     )
-    admin = PulsarAdmin(config.pulsar_web_url)
+    admin = PulsarAdmin.from_config(config)
     vhosts = VhostResolver(rules, admin, config.auto_create_namespaces)
     zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
     paths = Paths(config.metadata_root)
-    backend = PulsarBackend(config.pulsar_service_url, config.producer_max_pending)
+    backend = PulsarBackend.from_config(config)
     proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
     ephemerals = EphemeralNodes(zookeeper, proxy_id)
     topology = TopologyService(zookeeper, paths, admin, backend, ephemerals)
@@ -199,6 +204,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         ephemerals,
         cleaner,
         permissions=permissions,
+        limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip),
     )
 
 
@@ -240,10 +246,13 @@ def bound_urls(listeners: list[AnyListener]) -> list[str]:
 async def serve(
     config: StarlightConfig,
     *,
+    shutdown: ShutdownRequest | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the proxy until cancelled. `task_status.started` gets the bound listener URLs
-    (useful with port 0). Raises ConfigError or OSError when a listener cannot be opened."""
+    """Run the proxy until cancelled, or until `shutdown` is requested and the graceful
+    shutdown is over (see gateway/shutdown.py). `task_status.started` gets the bound
+    listener URLs (useful with port 0). Raises ConfigError or OSError when a listener
+    cannot be opened."""
     # Unusable certificate files or keys fail here, before any client or thread is started.
     tls = server_tls(config)
     services = build_services(config)
@@ -261,7 +270,7 @@ async def serve(
             nursery.start_soon(trio.to_thread.run_sync, services.cache.start)
             if services.permissions is not None:
                 nursery.start_soon(trio.to_thread.run_sync, services.permissions.start)
-            await _serve(config, services, tls, task_status)
+            await _serve(config, services, tls, shutdown, task_status)
     finally:
         with trio.CancelScope(shield=True):
             services.cache.close()
@@ -286,6 +295,8 @@ def live_counts(services: ProxyServices) -> LiveCounts:
 
 def readiness_problems(services: ProxyServices) -> list[str]:
     """Blocking: what keeps this proxy from serving well (empty: ready)."""
+    if services.shutting_down:
+        return ["shutting down"]
     problems = []
     if not services.zookeeper.connected:
         problems.append(f"ZooKeeper {services.config.zookeeper_servers} not connected")
@@ -296,7 +307,7 @@ def readiness_problems(services: ProxyServices) -> list[str]:
     try:
         services.topology.admin.clusters()
     except Exception as e:
-        problems.append(f"Pulsar admin {services.config.pulsar_web_url} not answering: {e}")
+        problems.append(f"Pulsar admin {services.topology.admin.web_url}: {e}")
     return problems
 
 
@@ -328,6 +339,7 @@ async def _serve(
     config: StarlightConfig,
     services: ProxyServices,
     tls: ReloadingServerContext | None,
+    shutdown: ShutdownRequest | None,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
     listeners = await open_listeners(config.listeners, tls)
@@ -336,8 +348,8 @@ async def _serve(
         log.info("listening on %s", url)
     log.info(
         "Pulsar %s (admin %s), ZooKeeper %s",
-        config.pulsar_service_url,
-        config.pulsar_web_url,
+        services.backend.service_url,
+        services.topology.admin.web_url,
         config.zookeeper_servers,
     )
 
@@ -350,7 +362,7 @@ async def _serve(
             host, port = sock.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
-            peer = "?"
+            host, peer = "?", "?"
         try:
             certificate = None
             client_stream: trio.abc.Stream = stream
@@ -360,14 +372,31 @@ async def _serve(
                     return
                 header, client_stream = found
                 if header.source is not None:
+                    host = header.source[0]
                     peer = f"{header.source[0]}:{header.source[1]} (via {peer})"
+            ticket = services.limits.admit(str(host))
+            if ticket.admission is Admission.DROP:
+                log.warning("dropped connection from %s: %s", peer, ticket.reason)
+                await trio.aclose_forcefully(client_stream)
+                return
+            if ticket.admission is Admission.REFUSE:
+                log.warning("refusing connection from %s: %s", peer, ticket.reason)
+        except Exception:
+            log.exception("connection from %s failed", peer)
+            return
+        try:
             if isinstance(stream, trio.SSLStream):
                 # In this connection's own task: a slow handshake delays no one else.
                 if not await complete_handshake(stream, config.tls_handshake_timeout, peer):
                     return
                 certificate = peer_certificate(stream)
             connection = ClientConnection(
-                client_stream, services, peer, tls=is_tls, peer_certificate=certificate
+                client_stream,
+                services,
+                peer,
+                tls=is_tls,
+                peer_certificate=certificate,
+                refusal=ticket.reason or None,
             )
             services.connections.add(connection)
             try:
@@ -377,6 +406,8 @@ async def _serve(
         except Exception:
             # One connection's failure must never take the listener down.
             log.exception("connection from %s failed", peer)
+        finally:
+            services.limits.release(ticket)
 
     async with trio.open_nursery() as nursery:
         if config.metrics_listener:
@@ -400,4 +431,16 @@ async def _serve(
             services.cleaner,
             config.cleaner_interval,
         )
-        await trio.serve_listeners(handle, listeners)
+        # Connections live in their own nursery so that the listeners can close (the
+        # `accepting` scope) while the connections drain.
+        async with trio.open_nursery() as connections:
+            with trio.CancelScope() as accepting:
+                if shutdown is not None:
+                    nursery.start_soon(
+                        shut_down_when_requested,
+                        services,
+                        shutdown,
+                        accepting.cancel,
+                        nursery.cancel_scope.cancel,
+                    )
+                await trio.serve_listeners(handle, listeners, handler_nursery=connections)

@@ -78,8 +78,15 @@ def override_properties(text: str, overrides: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def standalone_conf(template: str, *, broker_port: int, web_port: int) -> str:
-    """The distribution's ``standalone.conf`` adapted to one private loopback instance.
+def standalone_conf(
+    template: str,
+    *,
+    broker_port: int,
+    web_port: int,
+    extra_properties: Mapping[str, str] | None = None,
+) -> str:
+    """The distribution's ``standalone.conf`` adapted to one private loopback instance;
+    ``extra_properties`` (authentication, TLS ports...) are set last and win.
 
     Raises nothing.
     """
@@ -96,6 +103,7 @@ def standalone_conf(template: str, *, broker_port: int, web_port: int) -> str:
             "managedLedgerDefaultEnsembleSize": "1",
             "managedLedgerDefaultWriteQuorum": "1",
             "managedLedgerDefaultAckQuorum": "1",
+            **(extra_properties or {}),
         },
     )
 
@@ -116,8 +124,13 @@ class PulsarStandalone:
         *,
         distribution: Path | None = None,
         log: Log = log_to_stderr,
+        extra_properties: Mapping[str, str] | None = None,
+        admin_token: str = "",
     ) -> None:
         """``distribution`` defaults to :func:`ensure_pulsar_distribution` at first start.
+        ``extra_properties`` are written into its ``standalone.conf`` over ours (e.g.
+        ``authenticationEnabled``, ``brokerServicePortTls``); with authentication on, the
+        readiness check sends ``admin_token`` (a JWT of a super-user role) as a bearer token.
 
         Raises nothing (ports and java are checked by ``start()``).
         """
@@ -129,6 +142,8 @@ class PulsarStandalone:
         self._bookie_port = free_port()
         self._distribution = distribution
         self._log = log
+        self._extra_properties = dict(extra_properties or {})
+        self._admin_token = admin_token
         self._process = ServerProcess("Pulsar standalone", self.data_dir / "pulsar.log")
 
     @property
@@ -187,7 +202,12 @@ class PulsarStandalone:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             conf_path.write_text(
-                standalone_conf(template, broker_port=self.broker_port, web_port=self.web_port)
+                standalone_conf(
+                    template,
+                    broker_port=self.broker_port,
+                    web_port=self.web_port,
+                    extra_properties=self._extra_properties,
+                )
             )
         except OSError as e:
             raise LocalInfraError(f"cannot write {conf_path}: {e.strerror}") from e
@@ -217,7 +237,9 @@ class PulsarStandalone:
         self._process.launch(argv, cwd=self.data_dir)
         ready_line = LogScanner(self.log_path, self._process.log_offset, READY_LOG_LINE)
         self._process.wait_until_ready(
-            lambda: ready_line.found() and _default_namespace_listed(self.web_url),
+            lambda: (
+                ready_line.found() and _default_namespace_listed(self.web_url, self._admin_token)
+            ),
             timeout,
             f'"{READY_LOG_LINE}" in the log and public/default in the admin API',
         )
@@ -250,9 +272,11 @@ class PulsarStandalone:
 _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _default_namespace_listed(web_url: str) -> bool:
+def _default_namespace_listed(web_url: str, token: str = "") -> bool:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"{web_url}/admin/v2/namespaces/public", headers=headers)
     try:
-        with _NO_PROXY_OPENER.open(f"{web_url}/admin/v2/namespaces/public", timeout=2) as reply:
+        with _NO_PROXY_OPENER.open(request, timeout=2) as reply:
             namespaces = json.load(reply)
     # Before the tenant exists the broker answers 404 {"reason":"Tenant not found"}.
     except (OSError, urllib.error.URLError, http.client.HTTPException, ValueError):

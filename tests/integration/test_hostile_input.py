@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+import socket
 import struct
+import time
+from collections.abc import Iterator
 
 import pika
 import pytest
@@ -12,7 +16,11 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame_module
 from pamqp import header as pamqp_header
 
+from starlight_py.amqp.connection import max_body_frames
+from starlight_py.amqp.framing import MAX_FIELD_NESTING
+from starlight_py.gateway.connection_limits import REFUSING_AT_ONCE
 from tests.integration.conftest import Broker, ProxyFactory
+from tests.support.amqp_fixtures import Created, confirming_channel
 from tests.support.raw_amqp import PROTOCOL_HEADER, RawClient
 
 
@@ -241,3 +249,327 @@ def test_amqp_0_9_header_is_answered_with_connection_start(broker: Broker) -> No
     assert isinstance(start, commands.Connection.Start)
     assert (start.version_major, start.version_minor) == (0, 9)
     client.close()
+
+
+# --- each hostile case next to a well-behaved client ---------------------------------------
+
+
+class Bystander:
+    """A well-behaved pika client on the same proxy: after each hostile act it must still
+    publish and get its own message back."""
+
+    def __init__(self, url: str) -> None:
+        self.connection = pika.BlockingConnection(pika.URLParameters(url))
+        self.channel = self.connection.channel()
+        self.channel.confirm_delivery()
+        self.queue = self.channel.queue_declare("", exclusive=True).method.queue
+        self.rounds = 0
+
+    def check(self) -> None:
+        self.rounds += 1
+        body = f"still here {self.rounds}".encode()
+        self.channel.basic_publish("", self.queue, body)
+        deadline = time.monotonic() + 15
+        while True:
+            method, _, got = self.channel.basic_get(self.queue, auto_ack=True)
+            if method is not None:
+                assert got == body
+                return
+            assert time.monotonic() < deadline, "the bystander's message never came back"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+@pytest.fixture
+def bystander(broker: Broker) -> Iterator[Bystander]:
+    client = Bystander(broker.url())
+    yield client
+    client.check()
+    client.close()
+
+
+def nested_table(depth: int) -> bytes:
+    """An encoded field table with `depth` tables inside one another."""
+    table = b""
+    for _ in range(depth):
+        table = b"\x01aF" + struct.pack(">I", len(table)) + table
+    return table
+
+
+def declare_with_arguments(table: bytes) -> bytes:
+    payload = (
+        struct.pack(">HH", 50, 10)
+        + b"\x00\x00"  # ticket
+        + b"\x05hostq"
+        + b"\x00"  # bits
+        + struct.pack(">I", len(table))
+        + table
+    )
+    return struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce"
+
+
+@pytest.mark.parametrize("depth", [MAX_FIELD_NESTING, 15_000])
+def test_field_tables_nested_too_deeply_are_501(
+    proxy_only: None, broker: Broker, bystander: Bystander, depth: int
+) -> None:
+    client = broker.raw()
+    client.handshake()  # 15,000 levels: 105 kB, within the default frame_max
+    client.open_channel(1)
+    client.send(declare_with_arguments(nested_table(depth)))
+    close = client.expect_connection_close()
+    assert (close.reply_code, close.class_id, close.method_id) == (501, 50, 10)
+    assert "nested" in close.reply_text
+    client.close()
+    bystander.check()
+
+
+def test_headers_nested_too_deeply_are_501(
+    proxy_only: None, broker: Broker, bystander: Bystander
+) -> None:
+    headers: dict[str, object] = {}
+    for _ in range(MAX_FIELD_NESTING):
+        headers = {"a": headers}
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Basic.Publish(exchange="", routing_key="q"))
+    client.send(
+        pamqp_frame(1, pamqp_header.ContentHeader(0, 1, commands.Basic.Properties(headers=headers)))
+    )
+    assert client.expect_connection_close().reply_code == 501
+    client.close()
+    bystander.check()
+
+
+def test_field_table_length_beyond_the_frame_is_501(broker: Broker, bystander: Bystander) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    payload = (
+        struct.pack(">HH", 50, 10)
+        + b"\x00\x00\x05hostq\x00"
+        + struct.pack(">I", 1_000_000)  # the arguments table claims a megabyte
+        + b"\x01aI\x00\x00\x00\x01"
+    )
+    client.send(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    close = client.expect_connection_close()
+    assert (close.reply_code, close.class_id, close.method_id) == (501, 50, 10)
+    client.close()
+    bystander.check()
+
+
+def test_short_string_length_beyond_the_frame_is_501(broker: Broker, bystander: Bystander) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    payload = struct.pack(">HH", 50, 10) + b"\x00\x00" + b"\xffshort"  # 255 claimed, 5 sent
+    client.send(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    close = client.expect_connection_close()
+    assert (close.reply_code, close.class_id, close.method_id) == (501, 50, 10)
+    client.close()
+    bystander.check()
+
+
+def test_body_without_a_content_header_is_505(broker: Broker, bystander: Bystander) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Basic.Publish(exchange="", routing_key="q"))
+    client.send(pamqp_frame(1, pamqp_body.ContentBody(b"body first")))
+    assert client.expect_connection_close().reply_code == 505
+    client.close()
+    bystander.check()
+
+
+def test_method_in_the_middle_of_a_message_is_505(broker: Broker, bystander: Bystander) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Basic.Publish(exchange="", routing_key="q"))
+    client.send(pamqp_frame(1, pamqp_header.ContentHeader(0, 10, commands.Basic.Properties())))
+    client.send_method(1, commands.Basic.Qos(prefetch_count=1))
+    assert client.expect_connection_close().reply_code == 505
+    client.close()
+    bystander.check()
+
+
+def test_body_longer_than_its_header_declared_is_505(
+    proxy_only: None, broker: Broker, bystander: Bystander
+) -> None:
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Basic.Publish(exchange="", routing_key="q"))
+    client.send(pamqp_frame(1, pamqp_header.ContentHeader(0, 3, commands.Basic.Properties())))
+    client.send(pamqp_frame(1, pamqp_body.ContentBody(b"four")))
+    assert client.expect_connection_close().reply_code == 505
+    client.close()
+    bystander.check()
+
+
+def test_message_in_too_many_body_frames_is_506(
+    proxy_only: None, broker: Broker, bystander: Bystander
+) -> None:
+    size = 4096
+    client = broker.raw()
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Basic.Publish(exchange="", routing_key="q"))
+    client.send(pamqp_frame(1, pamqp_header.ContentHeader(0, size, commands.Basic.Properties())))
+    empty = struct.pack(">BHI", 3, 1, 0) + b"\xce"
+    with contextlib.suppress(OSError):  # the proxy may hang up while we still send
+        client.send(empty * (max_body_frames(size) + 1))
+    close = client.expect_connection_close()
+    assert close.reply_code == 506
+    assert "too many body frames" in close.reply_text
+    client.close()
+    bystander.check()
+
+
+def test_handshake_trickled_byte_by_byte_is_cut_off(
+    start_proxy: ProxyFactory,
+) -> None:
+    """A slowloris client keeps sending, one byte at a time: the handshake timeout counts
+    from the TCP connect, not from the last byte."""
+    proxy = start_proxy(amqpHandshakeTimeoutMillis="1500")
+    good = Bystander(proxy.amqp_url())
+    client = RawClient("127.0.0.1", proxy.port)
+    start = time.monotonic()
+    cut = False
+    for byte in PROTOCOL_HEADER + b"\x00" * 200:
+        try:
+            client.send(bytes([byte]))
+        except OSError:
+            cut = True
+            break
+        if time.monotonic() - start > 20:
+            break
+        time.sleep(0.1)
+    if not cut:
+        client.wait_closed(timeout=5)
+    assert time.monotonic() - start < 20
+    client.close()
+    good.check()
+    good.close()
+
+
+# --- connection limits ---------------------------------------------------------------------
+
+
+def refused_open(client: RawClient) -> commands.Connection.Close:
+    """Handshake up to connection.open and return the connection.close that answers it."""
+    tune = client.login()
+    assert isinstance(tune, commands.Connection.Tune), tune
+    client.send_method(0, commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0))
+    client.send_method(0, commands.Connection.Open(virtual_host="/"))
+    return client.expect_connection_close()
+
+
+def test_connections_over_the_proxy_limit_get_530_at_open(start_proxy: ProxyFactory) -> None:
+    proxy = start_proxy(amqpMaxConnections="3")
+    held = [pika.BlockingConnection(pika.URLParameters(proxy.amqp_url())) for _ in range(3)]
+    # pika reports a close at connection.open as a probable access denial, with the close.
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
+        pika.BlockingConnection(pika.URLParameters(proxy.amqp_url()))
+    assert "(530) 'NOT_ALLOWED - connection refused: proxy connection limit (3) is reached'" in (
+        str(info.value)
+    )
+    raw = RawClient("127.0.0.1", proxy.port)
+    close = refused_open(raw)
+    assert (close.reply_code, close.class_id, close.method_id) == (530, 10, 40)
+    raw.close()
+    # The connections in place are untouched; once one goes, a new one gets in.
+    for connection in held:
+        assert connection.channel().is_open
+    held.pop().close()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            held.append(pika.BlockingConnection(pika.URLParameters(proxy.amqp_url())))
+            break
+        except pika.exceptions.ProbableAccessDeniedError:
+            assert time.monotonic() < deadline, "the freed place never came back"
+            time.sleep(0.1)
+    for connection in held:
+        connection.close()
+
+
+def test_connections_over_the_per_address_limit_get_530(start_proxy: ProxyFactory) -> None:
+    proxy = start_proxy(amqpMaxConnectionsPerIp="2")
+    first, second = (RawClient("127.0.0.1", proxy.port) for _ in range(2))
+    first.handshake()
+    second.handshake()
+    third = RawClient("127.0.0.1", proxy.port)
+    close = refused_open(third)
+    assert close.reply_code == 530
+    assert "per client address (2)" in close.reply_text and "127.0.0.1" in close.reply_text
+    third.close()
+    # Another address (all of 127/8 is loopback on Linux) has its own allowance.
+    other = socket.create_connection(("127.0.0.1", proxy.port), source_address=("127.0.0.2", 0))
+    from_elsewhere = RawClient.from_socket(other)
+    from_elsewhere.handshake()
+    assert isinstance(from_elsewhere.open_channel(1), commands.Channel.OpenOk)
+    for client in (first, second, from_elsewhere):
+        assert isinstance(client.open_channel(2), commands.Channel.OpenOk)
+        client.close()
+
+
+def test_a_flood_over_the_limit_is_dropped(
+    start_proxy: ProxyFactory,
+) -> None:
+    """Sockets over the limit that say nothing: a few wait for their refusal, the rest are
+    closed at once; the proxy's own client keeps working and gets its place back."""
+    proxy = start_proxy(amqpMaxConnections="1", amqpHandshakeTimeoutMillis="30000")
+    good = Bystander(proxy.amqp_url())
+    flood = [RawClient("127.0.0.1", proxy.port, timeout=5) for _ in range(REFUSING_AT_ONCE + 20)]
+    dropped = 0
+    for client in flood:
+        client.sock.settimeout(0.2)
+        try:
+            if client.sock.recv(1) == b"":
+                dropped += 1
+        except TimeoutError:
+            pass  # still waiting for its handshake (and its refusal)
+        except ConnectionResetError:
+            dropped += 1
+    assert dropped >= 20
+    good.check()
+    for client in flood:
+        client.close()
+    good.close()
+
+
+def test_a_client_that_does_not_read_is_not_read_either(
+    proxy_only: None, broker: Broker, bystander: Bystander, created: Created
+) -> None:
+    """A client that asks for a lot (here: gets of 1 MB messages) and does not read the
+    answers: once a few MiB wait for it, the proxy stops reading what it sends, instead of
+    buffering its output without end. Its sends then stall; a proxy that kept reading would
+    take small frames off the socket as fast as they come."""
+    queue = created.queue()
+    filler = confirming_channel(bystander.connection)
+    filler.queue_declare(queue)
+    for _ in range(12):
+        filler.basic_publish("", queue, b"m" * 1_000_000)
+    client = broker.raw()
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.handshake(heartbeat=0)
+    client.open_channel(1)
+    for _ in range(12):
+        client.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
+    qos = pamqp_frame(1, commands.Basic.Qos(prefetch_count=1)) * 1000
+    client.sock.settimeout(3)
+    sent = 0
+    stalled = False
+    while sent < 16 * 1024 * 1024:
+        try:
+            client.sock.sendall(qos)
+        except TimeoutError:
+            stalled = True
+            break
+        sent += len(qos)
+    assert stalled, f"the proxy took {sent} more bytes from a client that reads nothing"
+    client.close()
+    bystander.check()

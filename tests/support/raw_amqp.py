@@ -40,6 +40,15 @@ class RawClient:
         self.buffer = b""
         self.mechanisms: list[str] = []  # offered in the last connection.start
 
+    @classmethod
+    def from_socket(cls, sock: socket.socket) -> RawClient:
+        """Over a socket connected by the caller (e.g. from a chosen source address)."""
+        client = cls.__new__(cls)
+        client.sock = sock
+        client.buffer = b""
+        client.mechanisms = []
+        return client
+
     def close(self) -> None:
         self.sock.close()
 

@@ -15,11 +15,13 @@ from starlight_py.amqp.errors import (
     UnexpectedFrame,
 )
 from starlight_py.amqp.framing import (
+    MAX_FIELD_NESTING,
     BodyFrame,
     FrameDecoder,
     HeaderFrame,
     HeartbeatFrame,
     MethodFrame,
+    nesting,
 )
 
 PROPS = commands.Basic.Properties(
@@ -334,3 +336,59 @@ def test_encode_heartbeat_is_a_channel_0_heartbeat() -> None:
 )
 def test_method_ids(method: object, ids: tuple[int, int]) -> None:
     assert framing.method_ids(method) == ids  # type: ignore[arg-type]
+
+
+def nested_table(depth: int) -> bytes:
+    """A field table nesting `depth` tables (depth 1: a table holding an empty table)."""
+    table = b""
+    for _ in range(depth):
+        table = b"\x01aF" + struct.pack(">I", len(table)) + table
+    return table
+
+
+def declare_payload(table: bytes) -> bytes:
+    return (
+        struct.pack(">HH", 50, 10)
+        + b"\x00\x00"  # ticket
+        + b"\x01q"
+        + b"\x00"  # bits
+        + struct.pack(">I", len(table))
+        + table
+    )
+
+
+def test_field_tables_nested_up_to_the_limit_decode() -> None:
+    # The arguments table itself is one level; MAX_FIELD_NESTING - 1 more fit.
+    payload = declare_payload(nested_table(MAX_FIELD_NESTING - 1))
+    frames, error = FrameDecoder(1024 * 1024).feed(raw_frame(1, 1, payload))
+    assert error is None
+    assert len(frames) == 1
+
+
+def test_field_tables_nested_past_the_limit_are_501_with_the_method_ids() -> None:
+    payload = declare_payload(nested_table(MAX_FIELD_NESTING))
+    frames, error = FrameDecoder(1024 * 1024).feed(raw_frame(1, 1, payload))
+    assert frames == []
+    assert isinstance(error, FrameError)
+    assert error.reply_code == 501
+    assert f"nested deeper than {MAX_FIELD_NESTING}" in error.text
+    assert error.method == (50, 10)
+
+
+def test_headers_nested_past_the_limit_are_501() -> None:
+    headers: dict[str, object] = {}
+    for _ in range(MAX_FIELD_NESTING):
+        headers = {"a": headers}
+    properties = commands.Basic.Properties(headers=headers)
+    content = header.ContentHeader(0, 3, properties)
+    frames, error = FrameDecoder(1024 * 1024).feed(frame.marshal(content, 1))
+    assert frames == []
+    assert isinstance(error, FrameError)
+    assert "headers nested deeper" in error.text
+
+
+def test_nesting_counts_tables_and_arrays() -> None:
+    assert nesting(5) == 0
+    assert nesting({}) == 1
+    assert nesting({"a": [1, {"b": []}]}) == 4
+    assert nesting([[[]], {}]) == 3

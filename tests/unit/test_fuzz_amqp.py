@@ -15,6 +15,7 @@ longer search.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import os
@@ -39,6 +40,7 @@ from starlight_py.amqp.connection import (
     AMQPConnection,
     ConnectionState,
     ServerSettings,
+    max_body_frames,
 )
 from starlight_py.amqp.errors import (
     AccessRefused,
@@ -61,7 +63,7 @@ from starlight_py.amqp.errors import (
     UnexpectedFrame,
 )
 from starlight_py.amqp.framing import FRAME_OVERHEAD, PROTOCOL_HEADER, FrameDecoder
-from starlight_py.units import KIB
+from starlight_py.units import KIB, MIB
 
 
 def fuzz_settings(max_examples: int) -> settings:
@@ -909,22 +911,49 @@ def test_hostile_sequence_is_closed_with_rabbitmqs_code(
 @pytest.mark.parametrize("frame_size", [0, 1, 5])
 def test_small_body_frames_cost_no_more_memory_than_their_bytes(frame_size: int) -> None:
     """A message sent in tiny (or empty) body frames must not make the proxy hold more than
-    the bytes received: empty frames used to grow a list forever without completing."""
+    the bytes received (empty frames used to grow a list forever without completing), and
+    past max_body_frames the connection is closed with 506 RESOURCE_ERROR."""
     harness = ConnectionHarness()
-    for chunk in (*handshake(), marshal(1, commands.Channel.Open()), publish(1, 16 * KIB)):
+    size = 16 * KIB
+    for chunk in (*handshake(), marshal(1, commands.Channel.Open()), publish(1, size)):
         harness.feed(chunk)
     conn = harness.conn
     assert conn.channel_is_open(1)
-    frames = raw_frame(3, 1, b"z" * frame_size) * 1000
-    rounds = 30 if frame_size == 0 else (16 * KIB - 1) // (1000 * frame_size)
+    allowed = max_body_frames(size)
+    assert allowed * frame_size < size  # the message never completes
+    frames = raw_frame(3, 1, b"z" * frame_size) * allowed
     tracemalloc.start()
     try:
         before, _ = tracemalloc.get_traced_memory()
-        for _ in range(rounds):
-            assert conn.receive_data(frames) == []
+        assert conn.receive_data(frames) == []
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    received = rounds * 1000 * frame_size
+    received = allowed * frame_size
     assert conn.buffered_input == received
     assert grown <= 2 * received + 16 * KIB, (grown, received)
+    assert conn.failures == []
+    events = conn.receive_data(raw_frame(3, 1, b"z" * frame_size))
+    assert [type(e) for e in events] == [ev.ErrorRaised]
+    [(channel, error, _)] = conn.failures
+    assert channel == 1
+    assert isinstance(error, ResourceError)
+    assert error.reply_code == 506 and error.closes_connection
+    assert conn.state is ConnectionState.CLOSING
+    assert f"too many body frames ({allowed + 1})" in error.text
+
+
+def test_a_message_in_frames_of_the_smallest_frame_max_is_accepted() -> None:
+    """What real clients send: frames of frame_max - 8 bytes, frame_max at its minimum."""
+    harness = ConnectionHarness(settings=dataclasses.replace(SETTINGS, max_message_size=MIB))
+    size = MIB
+    for chunk in (*handshake(), marshal(1, commands.Channel.Open()), publish(1, size)):
+        harness.feed(chunk)
+    conn = harness.conn
+    chunk = 4096 - 8
+    frames = b"".join(
+        raw_frame(3, 1, b"z" * min(chunk, size - offset)) for offset in range(0, size, chunk)
+    )
+    events = conn.receive_data(frames)
+    assert conn.failures == []
+    assert [type(e) for e in events] == [ev.ContentReceived]
