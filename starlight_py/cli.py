@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -15,10 +15,13 @@ import trio
 
 from starlight_py import __version__
 from starlight_py.config import ConfigError, StarlightConfig, load_config
+from starlight_py.config_commands import check_config, effective_settings, print_settings
 from starlight_py.gateway.server import serve
+from starlight_py.gateway.shutdown import ShutdownRequest
 from starlight_py.local import LocalInfraError, PulsarStandalone, ZooKeeperServer
 from starlight_py.local.distribution import ensure_pulsar_distribution
 from starlight_py.local.ports import ensure_port_free
+from starlight_py.structured_logging import configure_logging
 
 log = logging.getLogger("starlight")
 
@@ -44,8 +47,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the proxy against the configured Pulsar and ZooKeeper",
         description="Run the proxy. Settings: conf file < STARLIGHT_* environment < flags.",
     )
-    serve_cmd.add_argument("--config", type=Path, help="conf file (see conf/starlight.conf)")
+    serve_cmd.add_argument("-c", "--config", type=Path, help="conf file (see conf/starlight.conf)")
     _add_overrides(serve_cmd)
+
+    config_cmd = commands.add_parser(
+        "config",
+        help="print or check the configuration serve would run with",
+        description="Settings: conf file < STARLIGHT_* environment < --set flags.",
+    )
+    config_actions = config_cmd.add_subparsers(dest="config_action", required=True)
+    print_cmd = config_actions.add_parser(
+        "print",
+        help="print every key's effective value and its source (secrets masked)",
+        description=(
+            "Print every configuration key with its effective value and where it comes from "
+            "(default, file, environment or command line). Secret values are masked."
+        ),
+    )
+    print_cmd.add_argument(
+        "--format", choices=("text", "json"), default="text", help="default: text"
+    )
+    check_cmd = config_actions.add_parser(
+        "check",
+        help="validate the configuration; exit 0 if it is OK, 2 naming the offending key",
+        description=(
+            "Validate every value and the TLS and token key files they name, as serve does "
+            "before it opens a socket. Does not contact Pulsar or ZooKeeper."
+        ),
+    )
+    for cmd in (print_cmd, check_cmd):
+        cmd.add_argument("-c", "--config", type=Path, help="conf file (see conf/starlight.conf)")
+        _add_overrides(cmd)
 
     standalone = commands.add_parser(
         "standalone",
@@ -98,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides = _overrides(args.set)
         if args.command == "standalone":
             return _standalone(args, overrides)
+        if args.command == "config":
+            return _config_command(args, overrides)
         config = load_config(args.config, os.environ, overrides)
     except ConfigError as e:
         print(f"starlight-proxy: configuration error: {e}", file=sys.stderr)
@@ -109,25 +143,61 @@ def main(argv: list[str] | None = None) -> int:
     return _run_proxy(config)
 
 
+def _config_command(args: argparse.Namespace, overrides: dict[str, str]) -> int:
+    """Raises ConfigError or OSError (reported by main)."""
+    if args.config_action == "check":
+        check_config(args.config, os.environ, overrides)
+        print("configuration OK")
+        return 0
+    print_settings(effective_settings(args.config, os.environ, overrides), args.format, sys.stdout)
+    return 0
+
+
 def _setup_logging(config: StarlightConfig) -> None:
-    logging.basicConfig(
-        level=config.log_level,
-        format="%(asctime)s %(levelname)-7s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(config.log_level, config.log_format)
+
+
+async def _relay_signals(
+    signals: AsyncIterator[int],
+    shutdown: ShutdownRequest,
+    everything: trio.CancelScope,
+) -> None:
+    """SIGTERM/SIGINT: the first starts a graceful shutdown, the second skips the rest of
+    the drain, the third stops at once."""
+    async for signum in signals:
+        name = signal.Signals(signum).name
+        shutdown.request()
+        if shutdown.count == 1:
+            log.info(
+                "received %s: shutting down gracefully (send it again to skip the drain)", name
+            )
+        elif shutdown.count == 2:
+            log.info("received %s again: skipping the rest of the drain", name)
+        else:
+            log.warning("received %s a third time: stopping now", name)
+            everything.cancel()
 
 
 def _run_proxy(config: StarlightConfig, banner: str | None = None) -> int:
+    async def serve_then_stop(
+        shutdown: ShutdownRequest,
+        everything: trio.CancelScope,
+        *,
+        task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await serve(config, shutdown=shutdown, task_status=task_status)
+        # The graceful shutdown is over: stop listening for signals too.
+        everything.cancel()
+
     async def main_task() -> None:
-        async with trio.open_nursery() as nursery:
-            urls = await nursery.start(serve, config)
-            if banner:
-                print(banner.format(url=urls[0]), flush=True)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    log.info("received %s, shutting down", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    break
+        shutdown = ShutdownRequest()
+        # Before serve starts: a SIGTERM during startup shuts down gracefully too.
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_relay_signals, signals, shutdown, nursery.cancel_scope)
+                urls = await nursery.start(serve_then_stop, shutdown, nursery.cancel_scope)
+                if banner:
+                    print(banner.format(url=urls[0]), flush=True)
 
     try:
         trio.run(main_task)

@@ -140,7 +140,7 @@ def list_queues(ctx: AdminContext, args: argparse.Namespace) -> Table:
             stats = ctx.admin.subscription_stats(topic).get(binding_set.subscription)
             if stats is None:
                 continue
-            ready += max(0, stats.backlog - stats.unacked)
+            ready += stats.ready
             unacked += stats.unacked
             # basic.get's short-lived consumers are not AMQP consumers.
             consumers.update(n for n in stats.consumer_names if "/get/" not in n)

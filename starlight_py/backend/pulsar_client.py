@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pulsar
@@ -85,9 +86,18 @@ class ProducerHandle:
         with self._lock:
             return self._in_flight < self._capacity
 
-    def send_async(self, body: bytes, properties: dict[str, str], done: SendCallback) -> bool:
+    def send_async(
+        self,
+        body: bytes,
+        properties: dict[str, str],
+        done: SendCallback,
+        deliver_after_ms: int = 0,
+    ) -> bool:
         """Queue a send; `done(ok, error)` runs on a pulsar thread. False when the producer
-        is full (nothing was sent; wait until `has_room()` and send again)."""
+        is full (nothing was sent; wait until `has_room()` and send again).
+
+        `deliver_after_ms` > 0 uses Pulsar's delayed delivery: the broker hands the message
+        to the (Shared) subscriptions' consumers only after that long."""
         full = threading.Event()
 
         def callback(result: Any, _message_id: Any) -> None:
@@ -99,10 +109,13 @@ class ProducerHandle:
             ok = result == pulsar.Result.Ok
             done(ok, "" if ok else str(result))
 
+        delay: dict[str, Any] = {}
+        if deliver_after_ms > 0:
+            delay["deliver_after"] = timedelta(milliseconds=deliver_after_ms)
         with self._lock:
             self._in_flight += 1
         try:
-            self._producer.send_async(body, callback, properties=properties)
+            self._producer.send_async(body, callback, properties=properties, **delay)
         except pulsar.ProducerQueueIsFull:
             with self._lock:
                 self._in_flight -= 1

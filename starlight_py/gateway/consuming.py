@@ -575,7 +575,7 @@ class Consumers:
             stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
             found_stats = stats.get(binding_set.subscription)
             if found_stats is not None:
-                ready[binding_set.subscription] = max(0, found_stats.backlog - found_stats.unacked)
+                ready[binding_set.subscription] = found_stats.ready
         total_ready = sum(ready.values())
         for binding_set in sets:
             getter = state.getters.get(binding_set.subscription)

@@ -1,5 +1,5 @@
-"""basic.*, confirm.select and channel.flow: the message-flow methods of one connection,
-dispatched to its Publisher and Consumers."""
+"""basic.*, confirm.select, tx.* and channel.flow: the message-flow methods of one connection,
+dispatched to its Publisher, Consumers and Transactions."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.consuming import Consumers
 from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.topology_methods import VhostContext, resolve_queue_name
+from starlight_py.gateway.transactions import Transactions
 from starlight_py.model.permissions import Access
 
 
@@ -32,10 +33,13 @@ class MessageMethods:
         self.ctx = ctx
         self.publisher = publisher
         self.consumers = consumers
+        self.transactions = Transactions(conn, publisher, consumers)
 
     async def handle(self, session: ChannelSession, method: PamqpMethod) -> bool:
         """Carry out a message-flow method; False when `method` is not one."""
         number = session.number
+        if await self.transactions.handle(session, method):
+            return True
         if isinstance(method, commands.Basic.Ack):
             self.consumers.ack(number, method.delivery_tag or 0, bool(method.multiple))
         elif isinstance(method, commands.Basic.Nack):
@@ -94,9 +98,13 @@ class MessageMethods:
         body: bytes,
         raw_properties: bytes = b"",
     ) -> None:
+        if self.transactions.active(session.number):
+            await self.transactions.publish(session, method, properties, body, raw_properties)
+            return
         await self.publisher.publish(session, method, properties, body, raw_properties)
 
     async def channel_closed(self, number: int) -> None:
+        self.transactions.channel_closed(number)
         self.publisher.channel_closed(number)
         await self.consumers.close_channel(number)
 

@@ -32,7 +32,8 @@ from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
 from starlight_py.model.permissions import Access
-from starlight_py.model.topology import Exchange
+from starlight_py.model.routing import route_with_alternates
+from starlight_py.model.topology import Exchange, message_delay_ms
 from starlight_py.ops.metrics import ProxyMetrics
 from starlight_py.topology.service import TopologyService
 
@@ -123,17 +124,14 @@ class Publisher:
             exchange = found[0]
         return exchange
 
-    async def publish(
-        self,
-        session: ChannelSession,
-        method: commands.Basic.Publish,
-        properties: commands.Basic.Properties,
-        body: bytes,
-        raw_properties: bytes = b"",
-    ) -> None:
-        """Raises NotFound (no exchange), AccessRefused (no write permission on the
-        exchange, or an internal exchange), NotImplementedMethod (immediate)."""
-        channel = session.number
+    async def admit(
+        self, method: commands.Basic.Publish, properties: commands.Basic.Properties
+    ) -> Exchange:
+        """The checks a publish passes before it is routed (also at publish time in a
+        transaction, which sends only at commit); returns the target exchange. Raises
+        NotFound (no exchange), AccessRefused (no write permission on the exchange, or an
+        internal exchange), PreconditionFailed (user_id of someone else),
+        NotImplementedMethod (immediate)."""
         if method.immediate:
             raise NotImplementedMethod("immediate=true", (60, 40))
         await self.ctx.access.check_exchange(Access.WRITE, method.exchange or "", (60, 40))
@@ -150,17 +148,54 @@ class Publisher:
                 f"'{self.ctx.vhost}'",
                 (60, 40),
             )
+        return exchange
+
+    async def _route(
+        self, exchange: Exchange, routing_key: str, headers: dict[str, Any] | None
+    ) -> tuple[Exchange, ...]:
+        """The exchanges the message passes through, the last routing it (its alternate
+        exchanges while one routes nothing); empty when unroutable. Asks ZooKeeper itself
+        only when the cache, which may lag by milliseconds, finds no route."""
+        vhost = self.ctx.vhost
+        path = route_with_alternates(
+            exchange,
+            lambda name: self.cache.exchange(vhost, name),
+            lambda x: self.cache.has_route(vhost, x, routing_key, headers),
+        )
+        if path:
+            return path
+
+        def from_zookeeper() -> tuple[Exchange, ...]:
+            def exchange_named(name: str) -> Exchange | None:
+                found = self.topology.get_exchange(vhost, name)
+                return None if found is None else found[0]
+
+            return route_with_alternates(
+                exchange,
+                exchange_named,
+                lambda x: self.topology.has_route(vhost, x, routing_key, headers),
+            )
+
+        return await trio.to_thread.run_sync(from_zookeeper)
+
+    async def publish(
+        self,
+        session: ChannelSession,
+        method: commands.Basic.Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        raw_properties: bytes = b"",
+    ) -> None:
+        """Raises what `admit` raises."""
+        channel = session.number
+        exchange = await self.admit(method, properties)
         routing_key = method.routing_key or ""
         headers: dict[str, Any] | None = properties.headers
         tracker = self.confirms.get(channel)
         seq = tracker.reserve() if tracker is not None else None
-        routed = self.cache.has_route(self.ctx.vhost, exchange, routing_key, headers)
-        if not routed:
-            routed = await trio.to_thread.run_sync(
-                self.topology.has_route, self.ctx.vhost, exchange, routing_key, headers
-            )
+        path = await self._route(exchange, routing_key, headers)
         self.metrics.published(self.ctx.vhost, len(body))
-        if not routed:
+        if not path:
             if method.mandatory:
                 self.metrics.returned()
                 method_return = commands.Basic.Return(312, "NO_ROUTE", exchange.name, routing_key)
@@ -172,11 +207,17 @@ class Publisher:
                 for frame in tracker.complete(seq, True):
                     self.conn.send_method(channel, frame)
             return
-        topic = naming.exchange_topic(self.ctx.namespace, exchange.name, exchange.type, routing_key)
+        # The message goes to the topic of the exchange that routes it (maybe an alternate
+        # exchange) but keeps the exchange it was published to, as on RabbitMQ.
+        target = path[-1]
+        topic = naming.exchange_topic(
+            self.ctx.namespace, target.name, target.routing_type, routing_key
+        )
         producer = await self.producers.get(topic)
         pulsar_properties = encode_properties(
             exchange.name, routing_key, properties, raw_properties or None
         )
+        delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
 
         handed_over = time.monotonic()
 
@@ -184,13 +225,15 @@ class Publisher:
             self.metrics.send_done(ok, time.monotonic() - handed_over)
             self.results.put((channel, seq, ok, error))
 
-        if producer.has_room() and producer.send_async(body, pulsar_properties, done):
+        if producer.has_room() and producer.send_async(body, pulsar_properties, done, delay_ms):
             return
         # Pulsar is behind: stop reading this client until it catches up, and say so to
         # clients that understand connection.blocked.
         self._set_blocked(True)
         try:
-            while not (producer.has_room() and producer.send_async(body, pulsar_properties, done)):
+            while not (
+                producer.has_room() and producer.send_async(body, pulsar_properties, done, delay_ms)
+            ):
                 await trio.sleep(QUEUE_FULL_BACKOFF)
         finally:
             self._set_blocked(False)

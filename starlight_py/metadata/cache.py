@@ -135,7 +135,7 @@ class TopologyCache:
         for binding_set in self.binding_sets_of_exchange(vhost, exchange.name):
             for entry in binding_set.active_entries:
                 if binding_matches(
-                    exchange.type, entry.routing_key, entry.arguments, routing_key, headers
+                    exchange.routing_type, entry.routing_key, entry.arguments, routing_key, headers
                 ):
                     return True
         return False

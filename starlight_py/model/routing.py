@@ -9,9 +9,9 @@ whether one of the queue's bindings on that topic routes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from starlight_py.model.positions import MessageIdRecord
 
@@ -133,3 +133,36 @@ def any_binding_routes(
         and within_window(position, e.start, e.end, e.unbound)
         for e in entries
     )
+
+
+class _HasAlternate(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def alternate_exchange(self) -> str | None: ...
+
+
+_Exchange = TypeVar("_Exchange", bound=_HasAlternate)
+
+
+def route_with_alternates(
+    exchange: _Exchange,
+    exchange_named: Callable[[str], _Exchange | None],
+    routes: Callable[[_Exchange], bool],
+) -> tuple[_Exchange, ...]:
+    """The exchanges a message passes through until one routes it: `exchange`, then its
+    alternate exchange while the previous one routes nothing, and so on. The last one
+    routes the message; empty when none does (an alternate exchange that does not exist,
+    or one already tried, ends the chain: RabbitMQ's protection against AE cycles)."""
+    path: list[_Exchange] = []
+    seen: set[str] = set()
+    current: _Exchange | None = exchange
+    while current is not None and current.name not in seen:
+        path.append(current)
+        if routes(current):
+            return tuple(path)
+        seen.add(current.name)
+        alternate = current.alternate_exchange
+        current = exchange_named(alternate) if alternate is not None else None
+    return ()

@@ -22,7 +22,13 @@ from starlight_py.amqp.errors import (
 
 FieldTable = dict[str, Any]
 
-EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+# The types that route; x-delayed-message (RabbitMQ's delayed-message plugin) routes like
+# the type named by its `x-delayed-type` argument, after the message's `x-delay`.
+ROUTING_EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+DELAYED_EXCHANGE_TYPE = "x-delayed-message"
+EXCHANGE_TYPES = (*ROUTING_EXCHANGE_TYPES, DELAYED_EXCHANGE_TYPE)
+ALTERNATE_EXCHANGE_ARGUMENT = "alternate-exchange"
+DELAYED_TYPE_ARGUMENT = "x-delayed-type"
 # Created with every vhost, as RabbitMQ does.
 PREDECLARED_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -39,6 +45,10 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
+
+
 @dataclass(frozen=True)
 class Exchange:
     name: str
@@ -47,6 +57,25 @@ class Exchange:
     auto_delete: bool = False
     internal: bool = False
     arguments: FieldTable = field(default_factory=dict)
+
+    @property
+    def routing_type(self) -> str:
+        """The type whose rules route this exchange's messages and name its topics: the
+        type itself, or the `x-delayed-type` of an x-delayed-message exchange."""
+        if self.type == DELAYED_EXCHANGE_TYPE:
+            return _text(self.arguments.get(DELAYED_TYPE_ARGUMENT, ""))
+        return self.type
+
+    @property
+    def delays_messages(self) -> bool:
+        """Messages published to it wait for their `x-delay` header (milliseconds)."""
+        return self.type == DELAYED_EXCHANGE_TYPE
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        """Where messages it cannot route go (its `alternate-exchange` argument)."""
+        value = self.arguments.get(ALTERNATE_EXCHANGE_ARGUMENT)
+        return _text(value) if isinstance(value, str | bytes) else None
 
     def check_equivalent(self, other: Exchange, vhost: str) -> None:
         """Raises PreconditionFailed when `other` (a redeclaration) differs from this one."""
@@ -67,7 +96,7 @@ class Exchange:
             "exchange",
             self.name,
             vhost,
-            ("alternate-exchange",),
+            (ALTERNATE_EXCHANGE_ARGUMENT, DELAYED_TYPE_ARGUMENT),
             other.arguments,
             self.arguments,
             (40, 10),
@@ -232,6 +261,47 @@ def check_exchange_type(type_name: str) -> None:
         raise CommandInvalid(f"unknown exchange type '{type_name}'", (40, 10))
 
 
+def validate_exchange(exchange: Exchange, vhost: str) -> None:
+    """The checks RabbitMQ makes of a declared exchange's type and arguments (the delayed
+    message plugin's for x-delayed-message). Raises CommandInvalid (unknown type, also as
+    x-delayed-type) or PreconditionFailed (a bad argument)."""
+    check_exchange_type(exchange.type)
+    alternate = exchange.arguments.get(ALTERNATE_EXCHANGE_ARGUMENT)
+    if alternate is not None and not isinstance(alternate, str | bytes):
+        raise PreconditionFailed(
+            f"invalid type '{wire_type(alternate)}' for arg '{ALTERNATE_EXCHANGE_ARGUMENT}' in "
+            f"exchange '{exchange.name}' in vhost '{vhost}'",
+            (40, 10),
+        )
+    if not exchange.delays_messages:
+        return
+    delayed_type = exchange.arguments.get(DELAYED_TYPE_ARGUMENT)
+    if not isinstance(delayed_type, str | bytes):
+        raise PreconditionFailed(
+            f"Invalid argument, '{DELAYED_TYPE_ARGUMENT}' must be an existing exchange type",
+            (40, 10),
+        )
+    if _text(delayed_type) == DELAYED_EXCHANGE_TYPE:
+        raise PreconditionFailed(
+            f"Invalid argument, '{DELAYED_TYPE_ARGUMENT}' can't be '{DELAYED_EXCHANGE_TYPE}'",
+            (40, 10),
+        )
+    if _text(delayed_type) not in ROUTING_EXCHANGE_TYPES:
+        raise CommandInvalid(f"unknown exchange type '{_text(delayed_type)}'", (40, 10))
+
+
+# RabbitMQ's delayed-message plugin reads the delay from this header, in milliseconds.
+DELAY_HEADER = "x-delay"
+
+
+def message_delay_ms(headers: Mapping[str, Any] | None) -> int:
+    """The delay a message asks of an x-delayed-message exchange: its integer `x-delay`
+    header in milliseconds; 0 (deliver now) when absent, negative or not an integer."""
+    # As the plugin: a string such as "500" is no delay.
+    value: Any = (headers or {}).get(DELAY_HEADER)
+    return max(0, int(value)) if _is_int(value) else 0
+
+
 # ---- queue arguments (RabbitMQ's declare_args) ------------------------------------------------
 
 
@@ -343,7 +413,7 @@ HEADERS_MATCH_VALUES = ("all", "any", "all-with-x", "any-with-x")
 
 def validate_binding_arguments(exchange: Exchange, arguments: Mapping[str, Any]) -> None:
     """Headers exchanges accept only the x-match values RabbitMQ knows."""
-    if exchange.type != "headers" or "x-match" not in arguments:
+    if exchange.routing_type != "headers" or "x-match" not in arguments:
         return
     value = arguments["x-match"]
     if not isinstance(value, str | bytes):

@@ -63,6 +63,7 @@ from starlight_py.model.topology import (
     check_exchange_name_creatable,
     queue_locked,
     validate_binding_arguments,
+    validate_exchange,
     validate_queue_arguments,
 )
 
@@ -215,7 +216,7 @@ class TopologyService:
             binding_set: BindingSet = found[0]
             for entry in binding_set.active_entries:
                 if binding_matches(
-                    exchange.type, entry.routing_key, entry.arguments, routing_key, headers
+                    exchange.routing_type, entry.routing_key, entry.arguments, routing_key, headers
                 ):
                     return True
         return False
@@ -254,7 +255,10 @@ class TopologyService:
     # ---- exchanges ----------------------------------------------------------------------------
 
     def declare_exchange(self, vhost: str, wanted: Exchange, passive: bool) -> None:
-        """Raises NotFound (passive, missing) or PreconditionFailed (not equivalent)."""
+        """Raises NotFound (passive, missing), CommandInvalid (unknown type) or
+        PreconditionFailed (bad arguments, or not equivalent)."""
+        if not passive:
+            validate_exchange(wanted, vhost)
         found = self.get_exchange(vhost, wanted.name)
         if passive:
             if found is None:
@@ -420,7 +424,7 @@ class TopologyService:
             topic = naming.TopicName(namespace, binding_set.topic)
             stats = self.admin.subscription_stats(topic).get(binding_set.subscription)
             if stats is not None:
-                ready += max(0, stats.backlog - stats.unacked)
+                ready += stats.ready
         consumers = len(self.zk.children(self.paths.queue_consumers(vhost, name)))
         return QueueCounts(ready, consumers)
 
@@ -695,7 +699,9 @@ class TopologyService:
             queue = self._require_queue(vhost, queue_name, (50, 20))
             self._check_owner(vhost, queue, owner, (50, 20))
             validate_binding_arguments(exchange, arguments)
-            topic = naming.exchange_topic(namespace, exchange.name, exchange.type, routing_key)
+            topic = naming.exchange_topic(
+                namespace, exchange.name, exchange.routing_type, routing_key
+            )
             set_path = self.paths.binding_set(vhost, queue_name, topic.local)
             found_set = self._read(set_path)
             if found_set is None:
@@ -732,7 +738,7 @@ class TopologyService:
             subscription=naming.subscription_name(queue.name, naming.new_binding_set_id()),
             entries=(BindingEntry(routing_key, arguments),),
             created=now(),
-            exchange_type=exchange.type,
+            exchange_type=exchange.routing_type,
         )
         self.admin.create_subscription(topic, binding_set.subscription)
         try:
@@ -782,7 +788,9 @@ class TopologyService:
                 return
             queue: Queue = found_queue[0]
             exchange: Exchange = found_exchange[0]
-            topic = naming.exchange_topic(namespace, exchange.name, exchange.type, routing_key)
+            topic = naming.exchange_topic(
+                namespace, exchange.name, exchange.routing_type, routing_key
+            )
             set_path = self.paths.binding_set(vhost, queue_name, topic.local)
             found_set = self._read(set_path)
             if found_set is None:
