@@ -238,8 +238,8 @@ class LocalCluster:
             try:
                 proxy.wait_exited(max(0.0, deadline - time.monotonic()))
             except LocalInfraError:
-                # Not proxy.stop(timeout): its second SIGTERM would kill a proxy midway
-                # through its clean shutdown anyway (only the first one is handled).
+                # Past the grace period: SIGKILL (a second SIGTERM would only cut the drain
+                # short, and the drain is already over by now).
                 attempt(functools.partial(proxy.stop, 0))
         attempt(self.pulsar.stop)
         attempt(self.zookeeper.stop)
