@@ -152,6 +152,15 @@ class AMQPConnection:
         ch = self._channels.get(channel)
         return ch is not None and ch.state is ChannelState.OPEN
 
+    def discards_input_of(self, channel: int) -> bool:
+        """True once an error closed the channel (or the connection) on our side: what the
+        client sent after the failing method is ignored, even when it was read with it. A
+        channel the client is closing still takes what it sent before its channel.close."""
+        if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            return True
+        ch = self._channels.get(channel)
+        return ch is None or ch.state is ChannelState.CLOSING
+
     @property
     def open_channels(self) -> list[int]:
         return [n for n, ch in self._channels.items() if ch.state is ChannelState.OPEN]

@@ -275,6 +275,20 @@ class PulsarAdmin:
             if e.status != 404:
                 raise
 
+    def expire_messages(self, topic: TopicName, subscription: str, older_than: int) -> None:
+        """Acknowledge the messages of a subscription published more than `older_than`
+        seconds ago (Pulsar's expireMessages; a queue's x-message-ttl). A missing topic or
+        subscription is not an error. Raises PulsarAdminError or BackendUnavailable."""
+        path = (
+            f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
+            f"/expireMessages/{max(0, older_than)}"
+        )
+        try:
+            self._request("POST", path)
+        except PulsarAdminError as e:
+            if e.status != 404:
+                raise
+
     def create_subscription(self, topic: TopicName, subscription: str) -> bool:
         """Create a durable subscription at the topic's latest position (a message sent
         before does not count, one sent after does), creating the topic when needed;

@@ -44,6 +44,7 @@ class ReceivedMessage:
     position: MessageIdRecord
     redelivery_count: int
     topic_local: str
+    publish_time_ms: int = 0  # the broker's publish timestamp (epoch ms), for message TTLs
 
 
 def _position(message_id: Any) -> MessageIdRecord:
@@ -64,6 +65,7 @@ def received(message: Any) -> ReceivedMessage:
         _position(message.message_id()),
         message.redelivery_count(),
         topic.rsplit("/", 1)[-1],
+        message.publish_timestamp(),
     )
 
 

@@ -9,6 +9,11 @@ Each pass:
   still read it let go, and a later pass deletes the subscription (not forced while consumers
   hold it, forced after the grace period) and the record.
 - **Unbound entries** of binding sets still in use, once drained the same way.
+- **Expired messages** of queues with an `x-message-ttl` and no dead-letter exchange:
+  Pulsar's expireMessages acknowledges, on each of the queue's subscriptions, what was
+  published more than the TTL (rounded up to whole seconds) ago, so expired messages of a
+  queue nobody reads stop counting. (Deliveries skip expired messages anyway; queues with a
+  dead-letter exchange are left to their readers, which dead-letter them.)
 - **Abandoned queues**: exclusive queues whose owner znode is gone (the owning proxy died),
   auto-delete queues that had a consumer and have none (a proxy died before it could delete
   them), queues unused for longer than their `x-expires`. A queue must look abandoned for
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -33,6 +39,7 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet, RetiredSubscription, decode, encode
 from starlight_py.metadata.zookeeper import MetadataUnavailable, NodeMissing, VersionConflict
 from starlight_py.model import naming
+from starlight_py.model.dead_letters import MessagePolicy
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import QueueState, TopologyService, expires_after
@@ -49,6 +56,7 @@ class CleanerStats:
     subscriptions_deleted: int = 0
     subscriptions_drained: int = 0
     entries_pruned: int = 0
+    expiry_sweeps: int = 0  # expireMessages calls on queues with x-message-ttl
     queues_deleted: Counter[str] = field(default_factory=Counter)  # by reason
     errors: int = 0
     leader: bool = False
@@ -112,6 +120,7 @@ class SubscriptionCleaner:
         try:
             self._retired_subscriptions()
             self._unbound_entries()
+            self._expired_messages()
             self._abandoned_queues()
         except _Budget:
             self._report.deferred = True
@@ -249,6 +258,24 @@ class SubscriptionCleaner:
         self._spend()
 
     # ---- abandoned queues ------------------------------------------------------------------
+
+    def _expired_messages(self) -> None:
+        for vhost, cached in self.cache.queues():
+            policy = MessagePolicy.of(cached.arguments)
+            if policy.message_ttl_ms is None or policy.dead_letter_exchange is not None:
+                continue
+            namespace = self._namespace(vhost)
+            if namespace is None:
+                continue
+            older_than = math.ceil(policy.message_ttl_ms / 1000)
+            for binding_set in self.cache.binding_sets_of_queue(vhost, cached.name):
+                topic = naming.TopicName(namespace, binding_set.topic)
+                try:
+                    self.admin.expire_messages(topic, binding_set.subscription, older_than)
+                    self.stats.expiry_sweeps += 1
+                except (PulsarAdminError, BackendUnavailable) as e:
+                    self.stats.errors += 1
+                    log.warning("cleaner: expiring messages of queue %r: %s", cached.name, e)
 
     def _abandoned_queues(self) -> None:
         now = time.monotonic()

@@ -40,6 +40,7 @@ from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminErr
 from starlight_py.gateway.authorization import AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.consuming import Consumers
+from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.errors import as_amqp_error
 from starlight_py.gateway.message_methods import MessageMethods
 from starlight_py.gateway.publishing import Publisher
@@ -187,6 +188,15 @@ class ClientConnection:
 
     async def _handle(self, event: ev.Event) -> None:
         channel = getattr(event, "channel", 0)
+        if (
+            isinstance(event, ev.MethodReceived | ev.ContentReceived)
+            and channel
+            and self.conn.discards_input_of(channel)
+        ):
+            # Read in the same chunk as a method that failed and closed its channel (or the
+            # connection): ignored, as the spec says; a tx.commit sent right after a failed
+            # ack must not commit.
+            return
         try:
             await self._dispatch(event)
         except Exception as e:
@@ -349,6 +359,14 @@ class ClientConnection:
             nursery.start_soon,
             services.requeued,
             services.metrics,
+            DeadLetters(
+                ctx,
+                services.cache,
+                services.topology,
+                services.producers,
+                nursery.start_soon,
+                services.requeued.returns,
+            ),
         )
         return MessageMethods(self.conn, ctx, publisher, consumers)
 

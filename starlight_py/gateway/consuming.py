@@ -32,10 +32,12 @@ from starlight_py.amqp.errors import AccessRefused, NotAllowed, PreconditionFail
 from starlight_py.backend.message_codec import DecodedMessage, decode
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
+from starlight_py.model.dead_letters import REJECTED
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
@@ -50,6 +52,7 @@ GET_WAIT = 0.5
 GETTER_IDLE = 0.5
 HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
 MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
+DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead letters
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Unacked:
     handle: ConsumerHandle
     message: ReceivedMessage
     consumer_tag: str | None  # None for basic.get
+    queue: Queue | None = None  # where it came from (its dead-letter exchange, if any)
 
 
 @dataclass
@@ -100,25 +104,33 @@ def _name(value: object) -> str:
 
 
 class RequeuedPositions:
-    """Messages this proxy requeued (subscription, position), so their next delivery is
-    marked redelivered; bounded, oldest forgotten first. Shared by the proxy's connections,
-    all on the trio thread."""
+    """Messages this proxy requeued (subscription, position) and how often, so their next
+    deliveries are marked redelivered and count towards a delivery limit; bounded, oldest
+    forgotten first. Shared by the proxy's connections, all on the trio thread."""
 
     def __init__(self, limit: int = 100_000) -> None:
         self._limit = limit
-        self._positions: OrderedDict[tuple[str, MessageIdRecord], None] = OrderedDict()
+        self._positions: OrderedDict[tuple[str, MessageIdRecord], int] = OrderedDict()
 
     def add(self, subscription: str, position: MessageIdRecord) -> None:
-        self._positions[(subscription, position)] = None
+        key = (subscription, position)
+        self._positions[key] = self._positions.pop(key, 0) + 1
         if len(self._positions) > self._limit:
             self._positions.popitem(last=False)
+
+    def returns(self, subscription: str, position: MessageIdRecord) -> int:
+        """How often this proxy requeued the message (Pulsar's redelivery count misses
+        returns by a closing consumer, e.g. a basic.get's)."""
+        return self._positions.get((subscription, position), 0)
 
     def add_all(self, items: Iterable[tuple[str, MessageIdRecord]]) -> None:
         for subscription, position in items:
             self.add(subscription, position)
 
     def pop(self, subscription: str, position: MessageIdRecord) -> bool:
-        return self._positions.pop((subscription, position), False) is None
+        """Whether the message was requeued by this proxy (remembered for its delivery
+        limit; forgotten only when the bound is reached)."""
+        return (subscription, position) in self._positions
 
 
 class Consumers:
@@ -136,8 +148,10 @@ class Consumers:
         spawn: Callable[..., None],
         requeued: RequeuedPositions,
         metrics: ProxyMetrics | None = None,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         self.metrics = metrics or ProxyMetrics()
+        self.dead_letters = dead_letters
         self.conn = conn
         self.ctx = ctx
         self.cache = cache
@@ -371,12 +385,16 @@ class Consumers:
             if decoded is None:
                 handle.acknowledge(message)  # not for this queue (another binding's)
                 continue
+            if self.dead_letters is not None and self.dead_letters.died_before_delivery(
+                state.number, handle, message, consumer.record
+            ):
+                continue  # expired or over the delivery limit: dead-lettered or dropped
             tag = state.next_tag
             state.next_tag += 1
             if consumer.no_ack:
                 handle.acknowledge(message)
             else:
-                state.unacked[tag] = Unacked(handle, message, consumer.tag)
+                state.unacked[tag] = Unacked(handle, message, consumer.tag, consumer.record)
                 consumer.unacked += 1
             redelivered = self._redelivered(handle, message)
             self.metrics.delivered(self.ctx.vhost, len(decoded.body), redelivered)
@@ -475,16 +493,23 @@ class Consumers:
         # unacked (closing earlier would requeue those messages).
         holding = {id(u.handle) for u in state.unacked.values()}
         for handle in self._cancelled_settled:
-            if id(handle) not in holding:
+            if not self._in_use(handle, holding):
                 self._close_soon(handle)
         self._cancelled_settled.clear()
         for handle in self._get_settled:
-            if id(handle) not in holding:
+            if not self._in_use(handle, holding):
                 for sub, getter in list(state.getters.items()):
                     if getter is handle:
                         del state.getters[sub]
                         self._close_soon(handle)
         self._get_settled.clear()
+
+    def _in_use(self, handle: ConsumerHandle, holding: set[int]) -> bool:
+        """Closing `handle` would requeue a message: one it delivered that is unacked (its
+        id in `holding`) or a dead letter not yet acknowledged on its source."""
+        if id(handle) in holding:
+            return True
+        return self.dead_letters is not None and self.dead_letters.holds(handle)
 
     def _close_soon(self, handle: ConsumerHandle) -> None:
         self.spawn(trio.to_thread.run_sync, handle.close)
@@ -500,11 +525,23 @@ class Consumers:
     ) -> None:
         state = self.channel(number)
         for item in self._take(state, tag, multiple, method):
+            if (
+                requeue
+                and self.dead_letters is not None
+                and self.dead_letters.returned_too_often(
+                    number, item.handle, item.message, item.queue
+                )
+            ):
+                continue  # over the queue's delivery limit: dead-lettered or dropped
             if requeue:
                 self.requeued.add(item.handle.subscription, item.message.position)
                 item.handle.negative_acknowledge(item.message)
+            elif self.dead_letters is not None:
+                self.dead_letters.dead_letter(
+                    number, item.handle, item.message, item.queue, REJECTED
+                )
             else:
-                item.handle.acknowledge(item.message)  # dropped (dead-lettering arrives later)
+                item.handle.acknowledge(item.message)  # dropped
         self._after_settle(state)
 
     def recover(self, number: int) -> None:
@@ -532,8 +569,8 @@ class Consumers:
                 handle.pause()
             for handle, message in leftovers:
                 handle.negative_acknowledge(message)  # never delivered: back to the queue
-            holding = {u.handle for u in state.unacked.values() if u.consumer_tag == tag}
-            idle = [h for h in consumer.handles.values() if h not in holding]
+            holding = {id(u.handle) for u in state.unacked.values() if u.consumer_tag == tag}
+            idle = [h for h in consumer.handles.values() if not self._in_use(h, holding)]
             await self._close_handles(idle)
             # Before cancel-ok: a client that sees cancel-ok no longer sees an auto-delete
             # queue whose last consumer this was.
@@ -581,7 +618,7 @@ class Consumers:
             getter = state.getters.get(binding_set.subscription)
             # A message our getter already holds is counted as unacked, not ready.
             if getter is not None and await self._get_from(
-                state, getter, queue, binding_set, no_ack, total_ready, HELD_WAIT
+                state, getter, queue, binding_set, no_ack, total_ready, HELD_WAIT, record
             ):
                 return
             if ready.get(binding_set.subscription, 0) <= 0:
@@ -597,7 +634,9 @@ class Consumers:
                 )
                 state.getters[binding_set.subscription] = getter
             remaining = max(0, total_ready - 1)
-            if await self._get_from(state, getter, queue, binding_set, no_ack, remaining, GET_WAIT):
+            if await self._get_from(
+                state, getter, queue, binding_set, no_ack, remaining, GET_WAIT, record
+            ):
                 return
         self.conn.send_method(number, commands.Basic.GetEmpty())
 
@@ -610,6 +649,7 @@ class Consumers:
         no_ack: bool,
         remaining: int,
         wait: float,
+        record: Queue | None = None,
     ) -> bool:
         while True:
             message = await trio.to_thread.run_sync(handle.receive, wait)
@@ -619,13 +659,18 @@ class Consumers:
             if decoded is None:
                 handle.acknowledge(message)  # another binding's message: not this queue's
                 continue
+            if self.dead_letters is not None and self.dead_letters.died_before_delivery(
+                state.number, handle, message, record
+            ):
+                remaining = max(0, remaining - 1)
+                continue  # expired or over the delivery limit: dead-lettered or dropped
             tag = state.next_tag
             state.next_tag += 1
             if no_ack:
                 handle.acknowledge(message)
                 await self._close_getter(state, binding_set.subscription)
             else:
-                state.unacked[tag] = Unacked(handle, message, None)
+                state.unacked[tag] = Unacked(handle, message, None, record)
             redelivered = self._redelivered(handle, message)
             self.metrics.delivered(self.ctx.vhost, len(decoded.body), redelivered)
             self.conn.send_content_raw(
@@ -645,9 +690,11 @@ class Consumers:
     async def _close_getter(self, state: ChannelState, subscription: str) -> None:
         """Close a getter now (nothing of it is unacked): the message its receiver queue may
         hold goes back to the queue before anyone counts or gets again."""
-        handle = state.getters.pop(subscription, None)
-        if handle is not None:
-            await trio.to_thread.run_sync(handle.close)
+        handle = state.getters.get(subscription)
+        if handle is None or self._in_use(handle, set()):
+            return  # a dead letter it read is unsettled: the idle getters' closer does it
+        del state.getters[subscription]
+        await trio.to_thread.run_sync(handle.close)
 
     def _getter_used(self, state: ChannelState) -> None:
         state.getter_generation += 1
@@ -657,7 +704,9 @@ class Consumers:
         await trio.sleep(GETTER_IDLE)
         while state.getter_generation == generation and state.getters and not state.getting:
             holding = {id(u.handle) for u in state.unacked.values()}
-            idle = [sub for sub, handle in state.getters.items() if id(handle) not in holding]
+            idle = [
+                sub for sub, handle in state.getters.items() if not self._in_use(handle, holding)
+            ]
             for sub in idle:
                 handle = state.getters.pop(sub)
                 await trio.to_thread.run_sync(handle.close)
@@ -672,6 +721,9 @@ class Consumers:
         state = self.channels.pop(number, None)
         if state is None:
             return
+        if self.dead_letters is not None:
+            # Closing first would requeue the dead letters not yet acknowledged as well.
+            await self.dead_letters.settled(number, DEAD_LETTER_SETTLE_WAIT)
         self.requeued.add_all(
             (u.handle.subscription, u.message.position) for u in state.unacked.values()
         )

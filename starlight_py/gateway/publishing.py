@@ -31,6 +31,7 @@ from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
+from starlight_py.model.dead_letters import expiration_problem
 from starlight_py.model.permissions import Access
 from starlight_py.model.routing import route_with_alternates
 from starlight_py.model.topology import Exchange, message_delay_ms
@@ -130,7 +131,7 @@ class Publisher:
         """The checks a publish passes before it is routed (also at publish time in a
         transaction, which sends only at commit); returns the target exchange. Raises
         NotFound (no exchange), AccessRefused (no write permission on the exchange, or an
-        internal exchange), PreconditionFailed (user_id of someone else),
+        internal exchange), PreconditionFailed (user_id of someone else, invalid expiration),
         NotImplementedMethod (immediate)."""
         if method.immediate:
             raise NotImplementedMethod("immediate=true", (60, 40))
@@ -148,6 +149,10 @@ class Publisher:
                 f"'{self.ctx.vhost}'",
                 (60, 40),
             )
+        expiration = properties.expiration
+        problem = None if expiration is None else expiration_problem(expiration)
+        if problem is not None:
+            raise PreconditionFailed(f"invalid expiration '{expiration}': {problem}", (60, 40))
         return exchange
 
     async def _route(

@@ -64,6 +64,7 @@ class _LiveState(Collector):
         actions.add_metric(["subscription_drained"], stats.subscriptions_drained)
         actions.add_metric(["subscription_deleted"], stats.subscriptions_deleted)
         actions.add_metric(["entry_pruned"], stats.entries_pruned)
+        actions.add_metric(["expiry_sweep"], stats.expiry_sweeps)
         for reason, count in sorted(stats.queues_deleted.items()):
             actions.add_metric([f"queue_deleted_{reason.replace('-', '_')}"], count)
         yield actions

@@ -200,3 +200,32 @@ def test_admin_errors_name_what_is_wrong(admin: AdminCLI, channel: BlockingChann
     bad_vhost = admin.run("queue", "list", "--vhost", "never-made")
     assert bad_vhost.code == 1
     assert "no vhost 'never-made'" in bad_vhost.err
+
+
+def test_admin_declares_and_lists_delayed_exchanges_and_alternates(
+    admin: AdminCLI, channel: BlockingChannel
+) -> None:
+    admin.ok(
+        "exchange",
+        "declare",
+        "later",
+        "--type",
+        "x-delayed-message",
+        "--argument",
+        "x-delayed-type=fanout",
+        "--argument",
+        "alternate-exchange=spare",
+    )
+    row = {row["name"]: row for row in admin.json("exchange", "list")}["later"]
+    assert row["type"] == "x-delayed-message"
+    assert row["arguments"] == {"x-delayed-type": "fanout", "alternate-exchange": "spare"}
+    # A delayed fanout exchange has one topic, like any fanout exchange.
+    assert [t["topic"] for t in admin.json("topics", "--exchange", "later")] == [
+        "persistent://public/default/later"
+    ]
+    channel.exchange_declare(
+        "later", "x-delayed-message", passive=True, arguments={"x-delayed-type": "fanout"}
+    )
+    untyped = admin.run("exchange", "declare", "untyped", "--type", "x-delayed-message")
+    assert untyped.code == 1
+    assert "'x-delayed-type' must be an existing exchange type" in untyped.err

@@ -639,6 +639,34 @@ def test_fail_on_a_channel_already_closing_sends_nothing_more() -> None:
     assert conn.is_open
 
 
+def test_what_was_read_with_a_failing_method_is_discarded_by_the_shell() -> None:
+    """One read can hold a method that fails and more after it (an unknown ack, then
+    tx.commit): the events are out already, so the shell asks before carrying each out."""
+    conn = open_connection()
+    open_channels(conn, 1, 2)
+    close = commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    events = conn.receive_data(
+        marshal(1, commands.Basic.Ack(delivery_tag=9))
+        + marshal(1, commands.Tx.Commit())
+        + queue_declare(2)
+        + marshal(2, close)
+    )
+    assert [type(e) for e in events] == [
+        ev.MethodReceived,
+        ev.MethodReceived,
+        ev.MethodReceived,
+        ev.ChannelCloseRequested,
+    ]
+    assert not conn.discards_input_of(1)
+    conn.fail(PreconditionFailed("unknown delivery tag 9", (60, 80)), 1)  # the shell's answer
+    assert conn.discards_input_of(1)
+    # Channel 2 is being closed by the client: what it sent before its close still counts.
+    assert not conn.discards_input_of(2)
+    assert conn.discards_input_of(3)  # never opened
+    conn.fail(InternalError("boom"))
+    assert conn.discards_input_of(2)
+
+
 def test_fail_with_a_channel_error_during_the_handshake_closes_the_connection() -> None:
     conn = _authenticating()
     conn.data_to_send()

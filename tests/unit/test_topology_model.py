@@ -606,7 +606,7 @@ def test_queues_cannot_use_the_reserved_prefix() -> None:
 
 
 @pytest.mark.parametrize("type_name", EXCHANGE_TYPES)
-def test_the_four_exchange_types_are_known(type_name: str) -> None:
+def test_the_exchange_types_are_known(type_name: str) -> None:
     check_exchange_type(type_name)
 
 

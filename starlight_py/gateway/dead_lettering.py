@@ -1,0 +1,318 @@
+"""Dead-lettering for one connection: messages that die in a queue (rejected or nacked
+without requeue, expired, returned more often than the queue's delivery limit) are
+republished to the queue's dead-letter exchange and acknowledged on their source
+subscription only once Pulsar has stored the copy.
+
+The at-least-once boundary: the source message is acknowledged after Pulsar confirmed the
+dead letter, never before. A proxy that dies in between leaves the source message unacked,
+so Pulsar redelivers it and it is dead-lettered (or delivered) again: a duplicate in the
+dead-letter queue, never a loss. A failed republish (Pulsar refused it) negatively
+acknowledges the source message, which comes back to the queue.
+
+Dead letters are republished by one task per connection, in the order they died; Pulsar's
+send results come back through a Batcher (gateway/bridge.py). The Pulsar consumer that read
+a dead letter stays open until its source acknowledgement is sent (`holds`), and a closing
+channel waits for its dead letters (`settled`), because closing the consumer first would
+requeue the message as well.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from starlight_py.backend.message_codec import DecodedMessage, decode, encode_properties
+from starlight_py.backend.pulsar_admin import BackendUnavailable
+from starlight_py.backend.pulsar_client import BackendError, ConsumerHandle, ReceivedMessage
+from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.publishing import ProducerPool
+from starlight_py.gateway.topology_methods import VhostContext
+from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.zookeeper import MetadataUnavailable
+from starlight_py.model import naming
+from starlight_py.model.dead_letters import (
+    DELIVERY_LIMIT,
+    NO_POLICY,
+    Death,
+    MessagePolicy,
+    dead_letter_routing_key,
+    dead_lettered_properties,
+    death_at_delivery,
+    death_routing_keys,
+    is_automatic_cycle,
+    over_limit_when_returned,
+)
+from starlight_py.model.positions import MessageIdRecord
+from starlight_py.model.topology import Exchange, Queue
+from starlight_py.topology.service import TopologyService
+
+log = logging.getLogger("starlight.dead_letter")
+
+EXPIRATION_KEY = "amqp.expiration"
+SEND_BACKOFF = 0.002  # the DLX producer is full: try again after this long
+
+
+def policy_of(queue: Queue | None) -> MessagePolicy:
+    if queue is None:
+        return NO_POLICY
+    # Asked for every delivery: kept on the (frozen) record, read once.
+    cached = _POLICIES.get(id(queue))
+    if cached is not None and cached[0] is queue:
+        return cached[1]
+    policy = MessagePolicy.of(queue.arguments)
+    if len(_POLICIES) > 10_000:
+        _POLICIES.clear()
+    _POLICIES[id(queue)] = (queue, policy)
+    return policy
+
+
+# By id() of a Queue record (kept alive by the entry, so the id is not reused meanwhile).
+_POLICIES: dict[int, tuple[Queue, MessagePolicy]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    channel: int
+    handle: ConsumerHandle  # the consumer that read it: acknowledges it on the source
+    message: ReceivedMessage
+    queue: Queue
+    reason: str
+
+
+class DeadLetters:
+    """The dead letters of one connection's channels."""
+
+    def __init__(
+        self,
+        ctx: VhostContext,
+        cache: TopologyCache,
+        topology: TopologyService,
+        producers: ProducerPool,
+        spawn: Callable[..., None],
+        returns: Callable[[str, MessageIdRecord], int] = lambda _s, _p: 0,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        """`returns(subscription, position)`: how often this proxy requeued a message,
+        which counts towards a delivery limit where Pulsar's redelivery count is lower."""
+        self.ctx = ctx
+        self.cache = cache
+        self.topology = topology
+        self.producers = producers
+        self.spawn = spawn  # start a task in the connection's nursery
+        self.returns = returns
+        self.now_ms = now_ms
+        self._waiting: deque[DeadLetter] = deque()
+        self._wakeup = trio.Event()
+        self._changed = trio.Event()
+        self._worker = False
+        self._unsettled: Counter[int] = Counter()  # by channel: waiting or being sent
+        self._sending: Counter[int] = Counter()  # by channel: handed to Pulsar
+        self._holding: Counter[int] = Counter()  # by id() of the source's ConsumerHandle
+        self._results: Batcher[tuple[DeadLetter, bool, str]] = Batcher(
+            trio.lowlevel.current_trio_token(), self._on_results
+        )
+
+    # ---- what dies (trio thread, synchronous) -----------------------------------------------
+
+    def died_before_delivery(
+        self, channel: int, handle: ConsumerHandle, message: ReceivedMessage, queue: Queue | None
+    ) -> bool:
+        """True when the message must not be delivered: it expired (queue TTL or its own
+        expiration) or came back more often than the queue's delivery limit. It is then
+        dead-lettered or dropped here."""
+        expiration = message.properties.get(EXPIRATION_KEY)
+        policy = policy_of(queue)
+        if expiration is None and not policy.checks_deliveries:
+            return False
+        reason = death_at_delivery(
+            policy,
+            message.publish_time_ms,
+            expiration,
+            self._returned(handle, message),
+            self.now_ms(),
+        )
+        if reason is None or queue is None:
+            return False
+        self.dead_letter(channel, handle, message, queue, reason)
+        return True
+
+    def returned_too_often(
+        self, channel: int, handle: ConsumerHandle, message: ReceivedMessage, queue: Queue | None
+    ) -> bool:
+        """Called instead of requeueing a message: True when that return exceeds its queue's
+        delivery limit, and the message has been dead-lettered or dropped instead."""
+        if queue is None or not over_limit_when_returned(
+            policy_of(queue), self._returned(handle, message)
+        ):
+            return False
+        self.dead_letter(channel, handle, message, queue, DELIVERY_LIMIT)
+        return True
+
+    def dead_letter(
+        self,
+        channel: int,
+        handle: ConsumerHandle,
+        message: ReceivedMessage,
+        queue: Queue | None,
+        reason: str,
+    ) -> None:
+        """Republish the message to its queue's dead-letter exchange, then acknowledge it;
+        without a dead-letter exchange just acknowledge it (dropped, as RabbitMQ does)."""
+        if queue is None or policy_of(queue).dead_letter_exchange is None:
+            handle.acknowledge(message)
+            return
+        self._waiting.append(DeadLetter(channel, handle, message, queue, reason))
+        self._unsettled[channel] += 1
+        self._holding[id(handle)] += 1
+        self._wakeup.set()
+        if not self._worker:
+            self._worker = True
+            self.spawn(self._work)
+
+    def _returned(self, handle: ConsumerHandle, message: ReceivedMessage) -> int:
+        return max(message.redelivery_count, self.returns(handle.subscription, message.position))
+
+    def holds(self, handle: ConsumerHandle) -> bool:
+        """Whether a dead letter read by `handle` is not yet acknowledged on its source:
+        closing `handle` now would requeue it too."""
+        return self._holding[id(handle)] > 0
+
+    async def settled(self, channel: int, timeout: float) -> None:
+        """Wait (at most `timeout` s) until the channel's dead letters are acknowledged on
+        their source or given back, so that closing its consumers requeues none of them."""
+        with trio.move_on_after(timeout):
+            while self._unsettled[channel] > 0 and (self._worker or self._sending[channel] > 0):
+                self._changed = trio.Event()
+                await self._changed.wait()
+
+    async def settled_all(self, timeout: float) -> None:
+        with trio.move_on_after(timeout):
+            for channel in list(self._unsettled):
+                await self.settled(channel, timeout)
+
+    # ---- republishing (the connection's dead-letter task) -----------------------------------
+
+    async def _work(self) -> None:
+        try:
+            while True:
+                if not self._waiting:
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    continue
+                item = self._waiting.popleft()
+                try:
+                    await self._republish(item)
+                except (BackendUnavailable, BackendError, MetadataUnavailable) as e:
+                    log.warning(
+                        "could not dead-letter a message of queue %r; it goes back to the "
+                        "queue: %s",
+                        item.queue.name,
+                        e,
+                    )
+                    self._settle(item, requeue=True)
+                except Exception:
+                    # Our bug (say, a header pamqp cannot encode again): the message stays
+                    # in its queue rather than the connection dying with it.
+                    log.exception("dead-lettering a message of queue %r", item.queue.name)
+                    self._settle(item, requeue=True)
+        finally:
+            self._worker = False
+            self._changed.set()
+
+    async def _republish(self, item: DeadLetter) -> None:
+        policy = policy_of(item.queue)
+        exchange = await self._exchange(policy.dead_letter_exchange or "")
+        decoded = self._decoded(item.message)
+        headers = decoded.properties.headers
+        if exchange is None or is_automatic_cycle(headers, item.queue.name, item.reason):
+            # RabbitMQ drops dead letters whose exchange is gone, and ones that went round a
+            # cycle of queues with no rejection in it.
+            self._settle(item, requeue=False)
+            return
+        routing_key = dead_letter_routing_key(policy, decoded.routing_key)
+        now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        death = Death(
+            item.reason,
+            item.queue.name,
+            decoded.exchange,
+            death_routing_keys(decoded.routing_key, headers),
+            now,
+        )
+        properties = dead_lettered_properties(
+            decoded.properties, death, drop_cc=policy.dead_letter_routing_key is not None
+        )
+        if not await self._routes(exchange, routing_key, properties.headers):
+            self._settle(item, requeue=False)  # unroutable dead letters are dropped
+            return
+        topic = naming.exchange_topic(
+            self.ctx.namespace, exchange.name, exchange.routing_type, routing_key
+        )
+        producer = await self.producers.get(topic)
+        pulsar_properties = encode_properties(exchange.name, routing_key, properties)
+
+        def done(ok: bool, error: str) -> None:
+            self._results.put((item, ok, error))
+
+        while not producer.has_room():
+            await trio.sleep(SEND_BACKOFF)
+        self._sending[item.channel] += 1
+        while not producer.send_async(item.message.body, pulsar_properties, done):
+            await trio.sleep(SEND_BACKOFF)
+
+    def _decoded(self, message: ReceivedMessage) -> DecodedMessage:
+        exchange, key = naming.parse_exchange_topic(message.topic_local)
+        return decode(message.properties, message.body, exchange, key or "")
+
+    async def _exchange(self, name: str) -> Exchange | None:
+        if name == "":
+            return Exchange("", "direct")
+        exchange = self.cache.exchange(self.ctx.vhost, name)
+        if exchange is not None:
+            return exchange
+        found = await trio.to_thread.run_sync(self.topology.get_exchange, self.ctx.vhost, name)
+        return None if found is None else found[0]
+
+    async def _routes(self, exchange: Exchange, routing_key: str, headers: Any) -> bool:
+        vhost = self.ctx.vhost
+        if self.cache.has_route(vhost, exchange, routing_key, headers):
+            return True
+        # The cache may lag by milliseconds behind a binding made on another proxy.
+        return await trio.to_thread.run_sync(
+            self.topology.has_route, vhost, exchange, routing_key, headers
+        )
+
+    # ---- results (trio thread) ----------------------------------------------------------------
+
+    def _on_results(self, results: list[tuple[DeadLetter, bool, str]]) -> None:
+        for item, ok, error in results:
+            self._sending[item.channel] -= 1
+            if not ok:
+                log.warning(
+                    "Pulsar refused a dead letter of queue %r; it goes back to the queue: %s",
+                    item.queue.name,
+                    error,
+                )
+            self._settle(item, requeue=not ok)
+
+    def _settle(self, item: DeadLetter, requeue: bool) -> None:
+        if requeue:
+            item.handle.negative_acknowledge(item.message)
+        else:
+            item.handle.acknowledge(item.message)
+        self._unsettled[item.channel] -= 1
+        if self._unsettled[item.channel] <= 0:
+            del self._unsettled[item.channel]
+        self._holding[id(item.handle)] -= 1
+        if self._holding[id(item.handle)] <= 0:
+            del self._holding[id(item.handle)]
+        self._changed.set()
+
+    def close(self) -> None:
+        self._results.close()
