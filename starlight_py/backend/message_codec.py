@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,9 @@ PROPERTIES_KEY = "amqp.properties"
 EXCHANGE_KEY = "amqp.exchange"
 ROUTING_KEY_KEY = "amqp.routing_key"
 HEADER_PREFIX = "amqp.header."
+# Queues (a JSON list of names) that refused the message when it was published, being at
+# their length limit with x-overflow reject-publish: their subscriptions skip it.
+REFUSED_BY_KEY = "starlight.refused-by"
 _READABLE = (
     "content_type",
     "content_encoding",
@@ -131,3 +135,24 @@ def decode(
     )
     raw = header.ContentHeader(0, 0, properties).marshal()[12:]
     return DecodedMessage(exchange, routing_key, raw, body, properties)
+
+
+def refused_by_value(queues: set[str]) -> str:
+    """The REFUSED_BY_KEY property for the queues that refused a message."""
+    return json.dumps(sorted(queues), separators=(",", ":"))
+
+
+def refused_by(pulsar_properties: dict[str, str]) -> frozenset[str]:
+    """The queues that refused the message at publish (usually none)."""
+    raw = pulsar_properties.get(REFUSED_BY_KEY)
+    if raw is None:
+        return frozenset()
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        return frozenset()
+    return (
+        frozenset(n for n in names if isinstance(n, str))
+        if isinstance(names, list)
+        else frozenset()
+    )

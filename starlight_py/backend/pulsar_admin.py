@@ -114,11 +114,21 @@ class SubscriptionStats:
     # tracks them: it indexes a message when its dispatcher reads it, which needs a
     # consumer on the subscription; until then a delayed message counts as ready.
     delayed: int = 0
+    # Stored size of the backlog (bodies plus Pulsar metadata and properties); only when
+    # asked for (`with_bytes`), else 0.
+    backlog_bytes: int = 0
 
     @property
     def ready(self) -> int:
         """Messages a consumer could be given now: AMQP's message_count."""
         return max(0, self.backlog - self.unacked - self.delayed)
+
+    @property
+    def ready_bytes(self) -> int:
+        """The ready messages' share of `backlog_bytes` (Pulsar sizes the whole backlog)."""
+        if self.backlog <= 0:
+            return 0
+        return self.backlog_bytes * self.ready // self.backlog
 
 
 class PulsarAdmin:
@@ -275,6 +285,22 @@ class PulsarAdmin:
             if e.status != 404:
                 raise
 
+    def skip_messages(self, topic: TopicName, subscription: str, count: int) -> None:
+        """Acknowledge the `count` oldest messages of a subscription (drop-head of a queue
+        over its length limit). A missing topic or subscription is not an error. Raises
+        PulsarAdminError or BackendUnavailable."""
+        if count <= 0:
+            return
+        path = (
+            f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
+            f"/skip/{count}"
+        )
+        try:
+            self._request("POST", path)
+        except PulsarAdminError as e:
+            if e.status != 404:
+                raise
+
     def expire_messages(self, topic: TopicName, subscription: str, older_than: int) -> None:
         """Acknowledge the messages of a subscription published more than `older_than`
         seconds ago (Pulsar's expireMessages; a queue's x-message-ttl). A missing topic or
@@ -362,12 +388,16 @@ class PulsarAdmin:
             return None
         return record
 
-    def subscription_stats(self, topic: TopicName) -> dict[str, SubscriptionStats]:
-        """Backlog, unacknowledged count and consumers of each subscription of the topic;
-        empty when the topic does not exist. Raises PulsarAdminError or BackendUnavailable.
+    def subscription_stats(
+        self, topic: TopicName, with_bytes: bool = False
+    ) -> dict[str, SubscriptionStats]:
+        """Backlog, unacknowledged count and consumers of each subscription of the topic
+        (`with_bytes`: and the backlog's stored size, which costs the broker more); empty
+        when the topic does not exist. Raises PulsarAdminError or BackendUnavailable.
         """
+        query = "?subscriptionBacklogSize=true" if with_bytes else ""
         try:
-            answer = self._request("GET", f"/admin/v2/{topic.rest_path}/stats")
+            answer = self._request("GET", f"/admin/v2/{topic.rest_path}/stats{query}")
         except PulsarAdminError as e:
             if e.status == 404:
                 return {}
@@ -378,6 +408,7 @@ class PulsarAdmin:
                     backlog=int(stats.get("msgBacklog", 0)),
                     unacked=int(stats.get("unackedMessages", 0)),
                     delayed=int(stats.get("msgDelayed", 0)),
+                    backlog_bytes=max(0, int(stats.get("backlogSize", 0))) if with_bytes else 0,
                     consumer_names=tuple(
                         str(consumer.get("consumerName", ""))
                         for consumer in stats.get("consumers", [])

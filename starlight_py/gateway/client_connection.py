@@ -44,6 +44,7 @@ from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.errors import as_amqp_error
 from starlight_py.gateway.message_methods import MessageMethods
 from starlight_py.gateway.publishing import Publisher
+from starlight_py.gateway.queue_lengths import ConnectionLengthChecks
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.structured_logging import current_connection
@@ -338,16 +339,7 @@ class ClientConnection:
     def _message_methods(self, ctx: VhostContext) -> MessageMethods:
         services = self.services
         nursery = self._nursery
-        assert nursery is not None
-        publisher = Publisher(
-            self.conn,
-            ctx,
-            services.cache,
-            services.topology,
-            services.producers,
-            self._kick,
-            services.metrics,
-        )
+        assert nursery is not None and services.lengths is not None
         consumers = Consumers(
             self.conn,
             ctx,
@@ -366,6 +358,22 @@ class ClientConnection:
                 services.producers,
                 nursery.start_soon,
                 services.requeued.returns,
+            ),
+        )
+        publisher = Publisher(
+            self.conn,
+            ctx,
+            services.cache,
+            services.topology,
+            services.producers,
+            self._kick,
+            services.metrics,
+            ConnectionLengthChecks(
+                services.lengths,
+                ctx.vhost,
+                ctx.namespace,
+                nursery.start_soon,
+                consumers.drop_oldest,
             ),
         )
         return MessageMethods(self.conn, ctx, publisher, consumers)

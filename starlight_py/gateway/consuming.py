@@ -29,7 +29,7 @@ from pamqp import commands
 
 from starlight_py.amqp.connection import AMQPConnection
 from starlight_py.amqp.errors import AccessRefused, NotAllowed, PreconditionFailed
-from starlight_py.backend.message_codec import DecodedMessage, decode
+from starlight_py.backend.message_codec import REFUSED_BY_KEY, DecodedMessage, decode, refused_by
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.dead_lettering import DeadLetters
@@ -39,6 +39,7 @@ from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
 from starlight_py.model.positions import MessageIdRecord
+from starlight_py.model.queue_limits import MAX_LENGTH
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
 from starlight_py.ops.metrics import ProxyMetrics
@@ -53,6 +54,7 @@ GETTER_IDLE = 0.5
 HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
 MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
 DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead letters
+TRIM_CHANNEL = 0  # dead letters of drop-head trims are settled as the connection's own
 
 
 @dataclass
@@ -426,6 +428,8 @@ class Consumers:
         """The message as the queue gets it, or None when no binding of the queue on its
         topic routes it (decided on the freshest binding state: the cache, else what the
         consumer read from ZooKeeper, bounded by a retired subscription's end)."""
+        if REFUSED_BY_KEY in message.properties and queue in refused_by(message.properties):
+            return None  # the queue was at its length limit (reject-publish) at publish
         topic = message.topic_local
         binding_set = self.cache.binding_set(self.ctx.vhost, queue, topic)
         if binding_set is None:
@@ -686,6 +690,42 @@ class Consumers:
                 decoded.body,
             )
             return True
+
+    async def drop_oldest(
+        self, queue: str, topic: naming.TopicName, subscription: str, count: int
+    ) -> int:
+        """drop-head for a queue over its length limit: read up to `count` of the oldest
+        ready messages of one binding subscription (what the broker hands out next, never a
+        message delivered and unacked) and dead-letter them with reason `maxlen`, or drop
+        them without a dead-letter exchange; returns how many. Raises BackendUnavailable."""
+        record = self.cache.queue(self.ctx.vhost, queue)
+        if record is None or count <= 0:
+            return 0
+        known = {b.topic: b for b in self.cache.binding_sets_of_queue(self.ctx.vhost, queue)}
+        # "/get/": not a consumer of the queue for the exclusive-consumer check.
+        handle = await trio.to_thread.run_sync(
+            self.backend.subscribe, topic, subscription, f"{self.prefix}/get/trim", count, None
+        )
+        dropped = 0
+        try:
+            while dropped < count:
+                message = await trio.to_thread.run_sync(handle.receive, GET_WAIT)
+                if message is None:
+                    break
+                if self._route(queue, known, message) is None:
+                    handle.acknowledge(message)  # another binding's message: not this queue's
+                    continue
+                dropped += 1
+                if self.dead_letters is None:
+                    handle.acknowledge(message)
+                else:
+                    self.dead_letters.dead_letter(TRIM_CHANNEL, handle, message, record, MAX_LENGTH)
+            if self.dead_letters is not None:
+                await self.dead_letters.settled(TRIM_CHANNEL, DEAD_LETTER_SETTLE_WAIT)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(handle.close)
+        return dropped
 
     async def _close_getter(self, state: ChannelState, subscription: str) -> None:
         """Close a getter now (nothing of it is unacked): the message its receiver queue may

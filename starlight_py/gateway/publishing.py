@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from pamqp import commands
@@ -24,7 +24,11 @@ from starlight_py.amqp.errors import (
     NotImplementedMethod,
     PreconditionFailed,
 )
-from starlight_py.backend.message_codec import encode_properties
+from starlight_py.backend.message_codec import (
+    REFUSED_BY_KEY,
+    encode_properties,
+    refused_by_value,
+)
 from starlight_py.backend.pulsar_client import ProducerHandle, PulsarBackend
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
@@ -33,6 +37,7 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import expiration_problem
 from starlight_py.model.permissions import Access
+from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.routing import route_with_alternates
 from starlight_py.model.topology import Exchange, message_delay_ms
 from starlight_py.ops.metrics import ProxyMetrics
@@ -77,6 +82,17 @@ class ProducerPool:
         self._producers.clear()
 
 
+class LengthChecks(Protocol):
+    """Queue length limits on the publish path (gateway/queue_lengths.py, bound to one
+    connection)."""
+
+    async def refusing(
+        self, limits: dict[str, LengthLimit], size: int
+    ) -> set[str]: ...  # the queues that refuse the message
+
+    def published(self, limits: dict[str, LengthLimit]) -> None: ...  # trim drop-head ones
+
+
 # (channel, confirm sequence or None, ok, error text)
 SendResult = tuple[int, int | None, bool, str]
 
@@ -93,7 +109,9 @@ class Publisher:
         producers: ProducerPool,
         kick: Callable[[], None],
         metrics: ProxyMetrics | None = None,
+        lengths: LengthChecks | None = None,
     ) -> None:
+        self.lengths = lengths
         self.conn = conn
         self.ctx = ctx
         self.cache = cache
@@ -222,13 +240,30 @@ class Publisher:
         pulsar_properties = encode_properties(
             exchange.name, routing_key, properties, raw_properties or None
         )
+        refused = False
+        limited = self._limited_queues(target, routing_key, headers)
+        if limited and self.lengths is not None:
+            refusing = await self.lengths.refusing(limited, len(body))
+            if refusing:
+                # RabbitMQ's reject-publish: the publisher gets a nack, the queues with
+                # room still get the message.
+                self.metrics.refused()
+                refused = True
+                routed = self.cache.routed_queues(self.ctx.vhost, target, routing_key, headers)
+                if refusing >= routed:
+                    if tracker is not None and seq is not None:
+                        for frame in tracker.complete(seq, False):
+                            self.conn.send_method(channel, frame)
+                    return
+                pulsar_properties[REFUSED_BY_KEY] = refused_by_value(refusing)
+            self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
 
         handed_over = time.monotonic()
 
         def done(ok: bool, error: str) -> None:
             self.metrics.send_done(ok, time.monotonic() - handed_over)
-            self.results.put((channel, seq, ok, error))
+            self.results.put((channel, seq, ok and not refused, error))
 
         if producer.has_room() and producer.send_async(body, pulsar_properties, done, delay_ms):
             return
@@ -242,6 +277,17 @@ class Publisher:
                 await trio.sleep(QUEUE_FULL_BACKOFF)
         finally:
             self._set_blocked(False)
+
+    def _limited_queues(
+        self, exchange: Exchange, routing_key: str, headers: dict[str, Any] | None
+    ) -> dict[str, LengthLimit]:
+        """The queues this publish reaches that have a length limit (usually none: one
+        dictionary lookup)."""
+        limits = self.cache.length_limits(self.ctx.vhost)
+        if not limits:
+            return {}
+        routed = self.cache.routed_queues(self.ctx.vhost, exchange, routing_key, headers)
+        return {q: limits[q] for q in routed if q in limits}
 
     def _set_blocked(self, blocked: bool) -> None:
         if blocked == self.blocked:

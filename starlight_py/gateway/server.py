@@ -30,6 +30,7 @@ from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
 from starlight_py.gateway.consuming import RequeuedPositions
 from starlight_py.gateway.proxy_protocol import read_proxy_header
 from starlight_py.gateway.publishing import ProducerPool
+from starlight_py.gateway.queue_lengths import QueueLengths
 from starlight_py.gateway.shutdown import ShutdownRequest, shut_down_when_requested
 from starlight_py.gateway.tls import (
     ReloadingServerContext,
@@ -95,6 +96,11 @@ class ProxyServices:
     # Set when a graceful shutdown starts: /readyz answers 503 from then on.
     shutting_down: bool = False
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    lengths: QueueLengths | None = None  # x-max-length checks; made from topology/producers
+
+    def __post_init__(self) -> None:
+        if self.lengths is None:
+            self.lengths = QueueLengths(self.topology, self.producers)
 
     def topology_changed(self) -> None:
         """Runs on kazoo's thread: only schedules work on trio's."""

@@ -27,6 +27,7 @@ from starlight_py.metadata.records import (
 )
 from starlight_py.metadata.zookeeper import ZooKeeperClient
 from starlight_py.model.naming import unescape
+from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.routing import binding_matches
 from starlight_py.model.topology import Exchange, Queue
 
@@ -57,6 +58,8 @@ class TopologyCache:
         self._sets_by_queue: dict[tuple[str, str], dict[str, BindingSet]] = {}
         self._retired: dict[tuple[str, str], RetiredSubscription] = {}
         self._vhosts: dict[str, VhostRecord] = {}
+        # vhost -> {queue: its length limit}, for the publish path's overflow checks
+        self._limited: dict[str, dict[str, LengthLimit]] = {}
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
@@ -140,6 +143,34 @@ class TopologyCache:
                     return True
         return False
 
+    def length_limits(self, vhost: str) -> dict[str, LengthLimit]:
+        """The queues of `vhost` with `x-max-length` / `x-max-length-bytes`, and their limits
+        (empty for almost every vhost: the publish path asks this first)."""
+        with self._lock:
+            return self._limited.get(vhost, {})
+
+    def routed_queues(
+        self,
+        vhost: str,
+        exchange: Exchange,
+        routing_key: str,
+        headers: dict[str, Any] | None,
+    ) -> set[str]:
+        """The queues whose active bindings route this message now (per this cache)."""
+        if exchange.name == "":
+            return {routing_key} if self.queue(vhost, routing_key) is not None else set()
+        routed: set[str] = set()
+        for binding_set in self.binding_sets_of_exchange(vhost, exchange.name):
+            if binding_set.queue in routed:
+                continue
+            for entry in binding_set.active_entries:
+                if binding_matches(
+                    exchange.routing_type, entry.routing_key, entry.arguments, routing_key, headers
+                ):
+                    routed.add(binding_set.queue)
+                    break
+        return routed
+
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Poll `predicate` until true or `timeout`; for tests and startup."""
         deadline = time.monotonic() + timeout
@@ -203,8 +234,10 @@ class TopologyCache:
             elif kind == "queues" and len(parts) == 3:
                 if isinstance(record, Queue):
                     self._queues[(vhost, name)] = record
+                    self._index_limit(vhost, name, LengthLimit.of(record.arguments))
                 elif raw is None:
                     self._queues.pop((vhost, name), None)
+                    self._index_limit(vhost, name, None)
             elif kind == "retired" and len(parts) == 3:
                 if isinstance(record, RetiredSubscription):
                     self._retired[(vhost, record.subscription)] = record
@@ -228,6 +261,19 @@ class TopologyCache:
                     sets.pop(set_key, None)
                     if not sets:
                         self._sets_by_exchange.pop(exchange_key, None)
+
+    def _index_limit(self, vhost: str, name: str, limit: LengthLimit | None) -> None:
+        # Copied on write: readers get a dict nobody changes afterwards.
+        current = self._limited.get(vhost, {})
+        if limit is None and name not in current:
+            return
+        updated = {q: x for q, x in current.items() if q != name}
+        if limit is not None:
+            updated[name] = limit
+        if updated:
+            self._limited[vhost] = updated
+        else:
+            self._limited.pop(vhost, None)
 
 
 def _indexed(parts: list[str]) -> bool:

@@ -104,6 +104,11 @@ class ProxyMetrics:
         self.returns = Counter(
             "starlight_returns", "basic.return sent (mandatory, unroutable).", registry=r
         )
+        self.refusals = Counter(
+            "starlight_publishes_refused",
+            "Publishes refused by a queue at its length limit (x-overflow reject-publish).",
+            registry=r,
+        )
         self.confirm_latency = Histogram(
             "starlight_publish_confirm_seconds",
             "From a publish handed to Pulsar to Pulsar's answer.",
@@ -161,6 +166,9 @@ class ProxyMetrics:
 
     def returned(self) -> None:
         self.returns.inc()
+
+    def refused(self) -> None:
+        self.refusals.inc()
 
     def backend_error(self, service: str) -> None:
         self.backend_errors.labels(service).inc()

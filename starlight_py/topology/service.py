@@ -54,6 +54,7 @@ from starlight_py.metadata.zookeeper import (
 )
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.queue_limits import QueueDepth
 from starlight_py.model.routing import binding_matches
 from starlight_py.model.topology import (
     DEFAULT_EXCHANGE,
@@ -427,6 +428,22 @@ class TopologyService:
                 ready += stats.ready
         consumers = len(self.zk.children(self.paths.queue_consumers(vhost, name)))
         return QueueCounts(ready, consumers)
+
+    def queue_depth(
+        self, vhost: str, namespace: NamespaceName, name: str, with_bytes: bool
+    ) -> tuple[QueueDepth, dict[str, tuple[naming.TopicName, int]]]:
+        """A queue's ready messages (and, `with_bytes`, their stored size) from Pulsar's
+        subscription stats, with each binding subscription's topic and ready count (for
+        drop-head). Raises PulsarAdminError, BackendUnavailable, MetadataUnavailable."""
+        depth = QueueDepth()
+        by_subscription: dict[str, tuple[naming.TopicName, int]] = {}
+        for binding_set, _ in self.binding_sets(vhost, name):
+            topic = naming.TopicName(namespace, binding_set.topic)
+            stats = self.admin.subscription_stats(topic, with_bytes).get(binding_set.subscription)
+            if stats is not None:
+                depth = depth.plus(stats.ready, stats.ready_bytes)
+                by_subscription[binding_set.subscription] = (topic, stats.ready)
+        return depth, by_subscription
 
     def delete_queue(
         self,

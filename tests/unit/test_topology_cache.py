@@ -23,6 +23,7 @@ from starlight_py.metadata.records import (
 )
 from starlight_py.metadata.zookeeper import ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.topology import Exchange, Queue
 
 PATHS = Paths("/starlight")
@@ -313,3 +314,31 @@ def test_names_dot_and_dot_dot_reach_the_cache(cache: TopologyCache) -> None:
 def test_wait_until_polls_until_the_predicate_holds(cache: TopologyCache) -> None:
     assert cache.wait_until(lambda: True, 0)
     assert not cache.wait_until(lambda: False, 0.01)
+
+
+def test_queues_with_length_limits_are_indexed_per_vhost(cache: TopologyCache) -> None:
+    limited = Queue("q1", arguments={"x-max-length": 5, "x-overflow": "reject-publish"})
+    put(cache, PATHS.queue("/", "q1"), limited)
+    put(cache, PATHS.queue("/", "q2"), Queue("q2"))
+    put(cache, PATHS.queue("other", "q3"), Queue("q3", arguments={"x-max-length-bytes": 10}))
+    assert cache.length_limits("/") == {"q1": LengthLimit(5, None, "reject-publish")}
+    assert cache.length_limits("other") == {"q3": LengthLimit(None, 10, "drop-head")}
+    # Redeclared without a limit (after a delete), then removed.
+    put(cache, PATHS.queue("other", "q3"), Queue("q3"))
+    assert cache.length_limits("other") == {}
+    remove(cache, PATHS.queue("/", "q1"))
+    assert cache.length_limits("/") == {}
+
+
+def test_routed_queues_are_those_whose_active_bindings_match(cache: TopologyCache) -> None:
+    put(cache, PATHS.exchange("/", "events"), Exchange("events", "topic"))
+    put(cache, PATHS.queue("/", "q1"), Queue("q1"))
+    both = binding_set("q1", "events", "events", "a.*", "#")
+    put(cache, PATHS.binding_set("/", "q1", "events"), both)
+    put(cache, PATHS.binding_set("/", "q2", "events"), binding_set("q2", "events", "events", "b.*"))
+    events = Exchange("events", "topic")
+    assert cache.routed_queues("/", events, "a.x", None) == {"q1"}
+    assert cache.routed_queues("/", events, "b.x", None) == {"q1", "q2"}
+    default = Exchange("", "direct")
+    assert cache.routed_queues("/", default, "q1", None) == {"q1"}
+    assert cache.routed_queues("/", default, "missing", None) == set()
