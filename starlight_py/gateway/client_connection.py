@@ -340,6 +340,14 @@ class ClientConnection:
         services = self.services
         nursery = self._nursery
         assert nursery is not None and services.lengths is not None
+        dead_letters = DeadLetters(
+            ctx,
+            services.cache,
+            services.topology,
+            services.producers,
+            nursery.start_soon,
+            services.requeued.returns,
+        )
         consumers = Consumers(
             self.conn,
             ctx,
@@ -351,14 +359,7 @@ class ClientConnection:
             nursery.start_soon,
             services.requeued,
             services.metrics,
-            DeadLetters(
-                ctx,
-                services.cache,
-                services.topology,
-                services.producers,
-                nursery.start_soon,
-                services.requeued.returns,
-            ),
+            dead_letters,
         )
         publisher = Publisher(
             self.conn,
@@ -374,6 +375,8 @@ class ClientConnection:
                 ctx.namespace,
                 nursery.start_soon,
                 consumers.drop_oldest,
+                services.cache,
+                dead_letters,
             ),
         )
         return MessageMethods(self.conn, ctx, publisher, consumers)

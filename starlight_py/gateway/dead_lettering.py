@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from pamqp import commands
 
 from starlight_py.backend.message_codec import DecodedMessage, decode, encode_properties
 from starlight_py.backend.pulsar_admin import BackendUnavailable
@@ -50,6 +51,7 @@ from starlight_py.model.dead_letters import (
     over_limit_when_returned,
 )
 from starlight_py.model.positions import MessageIdRecord
+from starlight_py.model.queue_limits import MAX_LENGTH
 from starlight_py.model.topology import Exchange, Queue
 from starlight_py.topology.service import TopologyService
 
@@ -227,44 +229,86 @@ class DeadLetters:
             self._changed.set()
 
     async def _republish(self, item: DeadLetter) -> None:
-        policy = policy_of(item.queue)
-        exchange = await self._exchange(policy.dead_letter_exchange or "")
         decoded = self._decoded(item.message)
-        headers = decoded.properties.headers
-        if exchange is None or is_automatic_cycle(headers, item.queue.name, item.reason):
-            # RabbitMQ drops dead letters whose exchange is gone, and ones that went round a
-            # cycle of queues with no rejection in it.
-            self._settle(item, requeue=False)
-            return
-        routing_key = dead_letter_routing_key(policy, decoded.routing_key)
-        now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        death = Death(
-            item.reason,
-            item.queue.name,
-            decoded.exchange,
-            death_routing_keys(decoded.routing_key, headers),
-            now,
-        )
-        properties = dead_lettered_properties(
-            decoded.properties, death, drop_cc=policy.dead_letter_routing_key is not None
-        )
-        if not await self._routes(exchange, routing_key, properties.headers):
-            self._settle(item, requeue=False)  # unroutable dead letters are dropped
-            return
-        topic = naming.exchange_topic(
-            self.ctx.namespace, exchange.name, exchange.routing_type, routing_key
-        )
-        producer = await self.producers.get(topic)
-        pulsar_properties = encode_properties(exchange.name, routing_key, properties)
 
         def done(ok: bool, error: str) -> None:
             self._results.put((item, ok, error))
 
+        def sending() -> None:
+            self._sending[item.channel] += 1
+
+        sent = await self._send(
+            item.queue,
+            item.reason,
+            decoded.exchange,
+            decoded.routing_key,
+            decoded.properties,
+            item.message.body,
+            done,
+            sending,
+        )
+        if not sent:
+            self._settle(item, requeue=False)  # dropped
+
+    async def dead_letter_refused(
+        self,
+        queue: Queue,
+        exchange: str,
+        routing_key: str,
+        properties: commands.Basic.Properties,
+        body: bytes,
+    ) -> None:
+        """Dead-letter a message a `reject-publish-dlx` queue refused at publish (reason
+        `maxlen`), as RabbitMQ does; the publisher gets its nack whatever happens here.
+        Raises BackendUnavailable, BackendError, MetadataUnavailable."""
+
+        def done(ok: bool, error: str) -> None:
+            if not ok:
+                log.warning("Pulsar refused a dead letter of queue %r: %s", queue.name, error)
+
+        await self._send(queue, MAX_LENGTH, exchange, routing_key, properties, body, done)
+
+    async def _send(
+        self,
+        queue: Queue,
+        reason: str,
+        exchange_name: str,
+        routing_key: str,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        done: Callable[[bool, str], None],
+        sending: Callable[[], None] = lambda: None,
+    ) -> bool:
+        """Send a message that died in `queue` to the queue's dead-letter exchange; False
+        when it is dropped instead (no such exchange, an automatic cycle, unroutable)."""
+        policy = policy_of(queue)
+        exchange = await self._exchange(policy.dead_letter_exchange or "")
+        headers = properties.headers
+        if exchange is None or is_automatic_cycle(headers, queue.name, reason):
+            # RabbitMQ drops dead letters whose exchange is gone, and ones that went round a
+            # cycle of queues with no rejection in it.
+            return False
+        dead_key = dead_letter_routing_key(policy, routing_key)
+        now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        death = Death(
+            reason, queue.name, exchange_name, death_routing_keys(routing_key, headers), now
+        )
+        dead_properties = dead_lettered_properties(
+            properties, death, drop_cc=policy.dead_letter_routing_key is not None
+        )
+        if not await self._routes(exchange, dead_key, dead_properties.headers):
+            return False  # unroutable dead letters are dropped
+        topic = naming.exchange_topic(
+            self.ctx.namespace, exchange.name, exchange.routing_type, dead_key
+        )
+        producer = await self.producers.get(topic)
+        pulsar_properties = encode_properties(exchange.name, dead_key, dead_properties)
         while not producer.has_room():
             await trio.sleep(SEND_BACKOFF)
-        self._sending[item.channel] += 1
-        while not producer.send_async(item.message.body, pulsar_properties, done):
+        sending()
+        while not producer.send_async(body, pulsar_properties, done):
             await trio.sleep(SEND_BACKOFF)
+        return True
 
     def _decoded(self, message: ReceivedMessage) -> DecodedMessage:
         exchange, key = naming.parse_exchange_topic(message.topic_local)

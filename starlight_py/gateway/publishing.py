@@ -37,7 +37,7 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import expiration_problem
 from starlight_py.model.permissions import Access
-from starlight_py.model.queue_limits import LengthLimit
+from starlight_py.model.queue_limits import REJECT_PUBLISH_DLX, LengthLimit
 from starlight_py.model.routing import route_with_alternates
 from starlight_py.model.topology import Exchange, message_delay_ms
 from starlight_py.ops.metrics import ProxyMetrics
@@ -91,6 +91,15 @@ class LengthChecks(Protocol):
     ) -> set[str]: ...  # the queues that refuse the message
 
     def published(self, limits: dict[str, LengthLimit]) -> None: ...  # trim drop-head ones
+
+    async def dead_letter_refused(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        properties: commands.Basic.Properties,
+        body: bytes,
+    ) -> None: ...  # for reject-publish-dlx queues
 
 
 # (channel, confirm sequence or None, ok, error text)
@@ -249,6 +258,11 @@ class Publisher:
                 # room still get the message.
                 self.metrics.refused()
                 refused = True
+                for queue in sorted(refusing):
+                    if limited[queue].overflow == REJECT_PUBLISH_DLX:
+                        await self.lengths.dead_letter_refused(
+                            queue, exchange.name, routing_key, properties, body
+                        )
                 routed = self.cache.routed_queues(self.ctx.vhost, target, routing_key, headers)
                 if refusing >= routed:
                     if tracker is not None and seq is not None:

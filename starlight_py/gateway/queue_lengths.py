@@ -20,9 +20,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
+from pamqp import commands
 
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
+from starlight_py.backend.pulsar_client import BackendError
+from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.publishing import ProducerPool
+from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
@@ -199,12 +203,36 @@ class ConnectionLengthChecks:
         namespace: NamespaceName,
         spawn: Callable[..., None],
         drop_oldest: DropOldest,
+        cache: TopologyCache,
+        dead_letters: DeadLetters,
     ) -> None:
         self.lengths = lengths
         self.vhost = vhost
         self.namespace = namespace
         self.spawn = spawn  # start a task in the connection's nursery
         self.drop_oldest = drop_oldest
+        self.cache = cache
+        self.dead_letters = dead_letters
+
+    async def dead_letter_refused(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        properties: commands.Basic.Properties,
+        body: bytes,
+    ) -> None:
+        """A reject-publish-dlx queue refused the message: dead-letter it (reason maxlen).
+        A failure is logged: the publisher gets its nack anyway, as on RabbitMQ."""
+        record = self.cache.queue(self.vhost, queue)
+        if record is None:
+            return
+        try:
+            await self.dead_letters.dead_letter_refused(
+                record, exchange, routing_key, properties, body
+            )
+        except (BackendUnavailable, BackendError, MetadataUnavailable) as e:
+            log.warning("could not dead-letter a message queue %r refused: %s", queue, e)
 
     async def refusing(self, limits: dict[str, LengthLimit], size: int) -> set[str]:
         return await self.lengths.refusing(self.vhost, self.namespace, limits, size)

@@ -151,3 +151,31 @@ def test_drop_head_dead_letters_the_oldest_with_reason_maxlen(
         dead.append(body)
     assert dead == bodies[:3]
     assert drain(channel, queue, 2) == bodies[-2:]
+
+
+def test_reject_publish_dlx_dead_letters_what_it_refuses(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = confirming_channel(connection)
+    dlq = created.queue("dlq")
+    channel.queue_declare(dlq, durable=True)
+    queue = declare(
+        channel,
+        created,
+        **{
+            "x-max-length": 1,
+            "x-overflow": "reject-publish-dlx",
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": dlq,
+        },
+    )
+    assert publish_all(channel, "", queue, [b"kept", b"refused"]) == [True, False]
+    method, properties, body = get_one(channel, dlq)
+    channel.basic_ack(method.delivery_tag)
+    assert body == b"refused"
+    death = properties.headers["x-death"][0]
+    assert (death["reason"], death["queue"], death["count"]) == ("maxlen", queue, 1)
+    assert death["exchange"] == ""
+    assert death["routing-keys"] == [queue]
+    assert drain(channel, queue, 1) == [b"kept"]
+    assert drain(channel, dlq, 0) == []
