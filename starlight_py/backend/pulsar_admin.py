@@ -276,41 +276,18 @@ class PulsarAdmin:
     def skip_all(self, topic: TopicName, subscription: str) -> None:
         """Acknowledge everything in a subscription's backlog (queue.purge). A missing topic or
         subscription is not an error. Raises PulsarAdminError or BackendUnavailable."""
-        path = (
-            f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}/skip_all"
-        )
-        try:
-            self._request("POST", path)
-        except PulsarAdminError as e:
-            if e.status != 404:
-                raise
-
-    def skip_messages(self, topic: TopicName, subscription: str, count: int) -> None:
-        """Acknowledge the `count` oldest messages of a subscription (drop-head of a queue
-        over its length limit). A missing topic or subscription is not an error. Raises
-        PulsarAdminError or BackendUnavailable."""
-        if count <= 0:
-            return
-        path = (
-            f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
-            f"/skip/{count}"
-        )
-        try:
-            self._request("POST", path)
-        except PulsarAdminError as e:
-            if e.status != 404:
-                raise
+        self._subscription_action(topic, subscription, "skip_all")
 
     def expire_messages(self, topic: TopicName, subscription: str, older_than: int) -> None:
         """Acknowledge the messages of a subscription published more than `older_than`
         seconds ago (Pulsar's expireMessages; a queue's x-message-ttl). A missing topic or
         subscription is not an error. Raises PulsarAdminError or BackendUnavailable."""
-        path = (
-            f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
-            f"/expireMessages/{max(0, older_than)}"
-        )
+        self._subscription_action(topic, subscription, f"expireMessages/{max(0, older_than)}")
+
+    def _subscription_action(self, topic: TopicName, subscription: str, action: str) -> None:
+        path = f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
         try:
-            self._request("POST", path)
+            self._request("POST", f"{path}/{action}")
         except PulsarAdminError as e:
             if e.status != 404:
                 raise

@@ -156,41 +156,34 @@ class QueueLengths:
         drop_oldest: DropOldest,
     ) -> None:
         key = (vhost, queue)
+        seen = self._seen.setdefault(key, _Seen())
         try:
             again = True
-            while again:
+            while again:  # once more when publishes came while it trimmed
                 self._again.discard(key)
-                await self._trim_once(vhost, namespace, queue, limit, drop_oldest)
+                await self._read(vhost, namespace, queue, limit, seen)
+                excess = limit.excess(seen.depth, _average(seen))
+                dropped = 0
+                # The fullest subscription first: with one binding per topic (the usual
+                # case) that is the queue's oldest messages.
+                ordered = sorted(seen.subscriptions.items(), key=lambda item: -item[1][1])
+                for subscription, (topic, ready) in ordered:
+                    if dropped >= excess:
+                        break
+                    wanted = min(ready, excess - dropped)
+                    dropped += await drop_oldest(queue, topic, subscription, wanted)
+                if dropped:
+                    log.info(
+                        "queue %r over its length limit: dropped %d message(s)", queue, dropped
+                    )
+                # Read again at the next publish: what was dropped is not in `added`.
+                seen.read_at = float("-inf")
                 again = key in self._again
         except (PulsarAdminError, BackendUnavailable, MetadataUnavailable) as e:
             log.warning("cannot trim queue %r to its length limit: %s", queue, e)
         finally:
             self._trimming.discard(key)
             self._again.discard(key)
-
-    async def _trim_once(
-        self,
-        vhost: str,
-        namespace: NamespaceName,
-        queue: str,
-        limit: LengthLimit,
-        drop_oldest: DropOldest,
-    ) -> None:
-        seen = self._seen.setdefault((vhost, queue), _Seen())
-        await self._read(vhost, namespace, queue, limit, seen)
-        excess = limit.excess(seen.depth, _average(seen))
-        dropped = 0
-        # The fullest subscription first: with one binding per topic (the usual case) that
-        # is the queue's oldest messages.
-        ordered = sorted(seen.subscriptions.items(), key=lambda item: -item[1][1])
-        for subscription, (topic, ready) in ordered:
-            if dropped >= excess:
-                break
-            dropped += await drop_oldest(queue, topic, subscription, min(ready, excess - dropped))
-        if dropped:
-            log.info("queue %r over its length limit: dropped %d message(s)", queue, dropped)
-        # Read again at the next publish; what this trim dropped is not in `added`.
-        seen.read_at = float("-inf")
 
 
 class ConnectionLengthChecks:
