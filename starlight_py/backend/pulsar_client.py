@@ -150,6 +150,8 @@ class ConsumerHandle:
         self.subscription = subscription
         self._consumer: Any = None
         self.paused = False
+        self._closed = False
+        self._close_lock = threading.Lock()
 
     def acknowledge(self, message: ReceivedMessage) -> None:
         try:
@@ -184,10 +186,19 @@ class ConsumerHandle:
             raise BackendError(f"receive from {self.topic}: {e}") from e
 
     def close(self) -> None:
-        """Blocking. Unacknowledged messages go back to the subscription at once."""
+        """Blocking. Unacknowledged messages go back to the subscription at once. Closing
+        twice (a cancel racing a server-side cancel, on two worker threads) does nothing."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         try:
             self._consumer.close()
         except pulsar.PulsarException as e:
+            log.debug("closing consumer: %s", e)
+        except ValueError as e:
+            # pulsar-client's own bookkeeping (Client._consumers.remove) of a consumer it
+            # already forgot: the consumer is closed all the same.
             log.debug("closing consumer: %s", e)
 
 

@@ -21,6 +21,7 @@ from starlight_py.backend.pulsar_admin import (
     PulsarAdminError,
     SubscriptionStats,
 )
+from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.local import ServiceEndpoints
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import (
@@ -415,3 +416,32 @@ def test_a_redirect_to_the_owning_broker_is_followed_with_method_and_body(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_consumer_handle_closes_once_however_often_it_is_closed(
+    admin: PulsarAdmin, services: ServiceEndpoints
+) -> None:
+    """A client's basic.cancel and a server-side cancel (queue deleted) can close the same
+    Pulsar consumers on two worker threads; pulsar-client raises ValueError on the second
+    close, which once closed the client's connection with 541."""
+    topic = fanout_topic("close")
+    subscription = subscription_name("close-q", new_binding_set_id())
+    admin.create_subscription(topic, subscription)
+    backend = PulsarBackend(services.pulsar_service_url)
+    try:
+        handle = backend.subscribe(topic, subscription, "closer", 10, None)
+        threads = [threading.Thread(target=handle.close) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        handle.close()
+        assert (
+            eventually(
+                lambda: admin.subscription_stats(topic)[subscription].consumer_names,
+                lambda names: names == (),
+            )
+            == ()
+        )
+    finally:
+        backend.close()
