@@ -250,9 +250,11 @@ class Publisher:
             exchange.name, routing_key, properties, raw_properties or None
         )
         refused = False
-        limited = self._limited_queues(target, routing_key, headers)
-        if limited and self.lengths is not None:
-            refusing = await self.lengths.refusing(limited, len(body))
+        limits = self.cache.length_limits(self.ctx.vhost)  # usually empty: one lookup
+        if limits and self.lengths is not None:
+            routed = self.cache.routed_queues(self.ctx.vhost, target, routing_key, headers)
+            limited = {q: limits[q] for q in routed if q in limits}
+            refusing = await self.lengths.refusing(limited, len(body)) if limited else set()
             if refusing:
                 # RabbitMQ's reject-publish: the publisher gets a nack, the queues with
                 # room still get the message.
@@ -263,14 +265,14 @@ class Publisher:
                         await self.lengths.dead_letter_refused(
                             queue, exchange.name, routing_key, properties, body
                         )
-                routed = self.cache.routed_queues(self.ctx.vhost, target, routing_key, headers)
                 if refusing >= routed:
                     if tracker is not None and seq is not None:
                         for frame in tracker.complete(seq, False):
                             self.conn.send_method(channel, frame)
                     return
                 pulsar_properties[REFUSED_BY_KEY] = refused_by_value(refusing)
-            self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
+            if limited:
+                self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
 
         handed_over = time.monotonic()
@@ -291,17 +293,6 @@ class Publisher:
                 await trio.sleep(QUEUE_FULL_BACKOFF)
         finally:
             self._set_blocked(False)
-
-    def _limited_queues(
-        self, exchange: Exchange, routing_key: str, headers: dict[str, Any] | None
-    ) -> dict[str, LengthLimit]:
-        """The queues this publish reaches that have a length limit (usually none: one
-        dictionary lookup)."""
-        limits = self.cache.length_limits(self.ctx.vhost)
-        if not limits:
-            return {}
-        routed = self.cache.routed_queues(self.ctx.vhost, exchange, routing_key, headers)
-        return {q: limits[q] for q in routed if q in limits}
 
     def _set_blocked(self, blocked: bool) -> None:
         if blocked == self.blocked:
