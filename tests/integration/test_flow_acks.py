@@ -18,11 +18,13 @@ from tests.integration.conftest import Broker
 from tests.support import amqp_fixtures
 from tests.support.amqp_fixtures import (
     Created,
+    Deliveries,
     closes_channel,
     confirming_channel,
     get_one,
     pump,
     raw_channel,
+    wait_for_count,
 )
 
 # --- helpers (shared ones: tests/support/amqp_fixtures.py; fixtures: conftest.py) -----
@@ -58,49 +60,6 @@ def drain_flags(
         else:
             got.append((body, method.redelivered))
     return got
-
-
-def wait_for_count(
-    channel: BlockingChannel, queue: str, expected: int, timeout: float = 5.0
-) -> int:
-    """Passive-declare until message_count == expected or timeout; returns the last count."""
-    deadline = time.monotonic() + timeout
-    while True:
-        count = channel.queue_declare(queue, passive=True).method.message_count
-        if count == expected or time.monotonic() >= deadline:
-            return count
-        time.sleep(0.05)
-
-
-class Deliveries:
-    """A consumer's basic.deliver frames, in arrival order."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[pika.spec.Basic.Deliver, bytes]] = []
-
-    def __call__(
-        self,
-        _channel: BlockingChannel,
-        method: pika.spec.Basic.Deliver,
-        _properties: pika.BasicProperties,
-        body: bytes,
-    ) -> None:
-        self.items.append((method, body))
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    @property
-    def bodies(self) -> list[bytes]:
-        return [body for _, body in self.items]
-
-    @property
-    def tags(self) -> list[int]:
-        return [method.delivery_tag for method, _ in self.items]
-
-    @property
-    def flags(self) -> list[tuple[bytes, bool]]:
-        return [(body, method.redelivered) for method, body in self.items]
 
 
 def publish(connection: BlockingConnection, queue: str, count: int) -> list[bytes]:

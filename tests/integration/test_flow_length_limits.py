@@ -16,10 +16,17 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from tests.support.amqp_fixtures import Created, confirming_channel, drain, get_one
+from tests.support.amqp_fixtures import (
+    Created,
+    confirming_channel,
+    drain,
+    get_one,
+    wait_for_count,
+)
 
 NAME_PREFIX = "maxlen"
 STATS_SETTLE = 0.6  # seconds: longer than the proxy's stats refresh (0.25 s)
+TRIMMED = 10.0  # seconds a drop-head trim may take to show (not a bound on speed)
 
 
 def publish_all(
@@ -34,21 +41,6 @@ def publish_all(
         except pika.exceptions.NackError:
             results.append(False)
     return results
-
-
-def count(channel: BlockingChannel, queue: str) -> int:
-    return int(channel.queue_declare(queue, passive=True).method.message_count)
-
-
-def wait_for_count(
-    channel: BlockingChannel, queue: str, expected: int, timeout: float = 10.0
-) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = count(channel, queue)
-        if found == expected or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.05)
 
 
 def declare(channel: BlockingChannel, created: Created, **arguments: Any) -> str:
@@ -67,7 +59,7 @@ def test_reject_publish_nacks_what_the_full_queue_refuses(
     queue = declare(channel, created, **{"x-max-length": 3, "x-overflow": "reject-publish"})
     bodies = [f"m{i}".encode() for i in range(5)]
     assert publish_all(channel, "", queue, bodies) == [True, True, True, False, False]
-    assert wait_for_count(channel, queue, 3) == 3
+    assert wait_for_count(channel, queue, 3, timeout=TRIMMED) == 3
     assert drain(channel, queue, 3) == bodies[:3]
 
 
@@ -122,7 +114,7 @@ def test_drop_head_keeps_the_newest_messages(
     queue = declare(channel, created, **{"x-max-length": 2})
     bodies = [f"m{i}".encode() for i in range(6)]
     assert publish_all(channel, "", queue, bodies) == [True] * 6
-    assert wait_for_count(channel, queue, 2) == 2
+    assert wait_for_count(channel, queue, 2, timeout=TRIMMED) == 2
     assert drain(channel, queue, 2) == bodies[-2:]
 
 
@@ -139,7 +131,7 @@ def test_drop_head_dead_letters_the_oldest_with_reason_maxlen(
     )
     bodies = [f"m{i}".encode() for i in range(5)]
     assert publish_all(channel, "", queue, bodies) == [True] * 5
-    assert wait_for_count(channel, dlq, 3) == 3
+    assert wait_for_count(channel, dlq, 3, timeout=TRIMMED) == 3
     dead = []
     for _ in range(3):
         method, properties, body = get_one(channel, dlq)

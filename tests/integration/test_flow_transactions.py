@@ -22,6 +22,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from tests.integration.conftest import Broker, ProxyFactory
 from tests.support.amqp_fixtures import (
     Created,
+    Deliveries,
     closes_channel,
     confirming_channel,
     get_one,
@@ -71,33 +72,6 @@ def drain_flags(
 
 def bodies_in(connection: BlockingConnection, queue: str, expected: int) -> list[bytes]:
     return [body for body, _ in drain_flags(connection.channel(), queue, expected)]
-
-
-class Deliveries:
-    """A consumer's basic.deliver frames, in arrival order."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[pika.spec.Basic.Deliver, bytes]] = []
-
-    def __call__(
-        self,
-        _channel: BlockingChannel,
-        method: pika.spec.Basic.Deliver,
-        _properties: pika.BasicProperties,
-        body: bytes,
-    ) -> None:
-        self.items.append((method, body))
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    @property
-    def tags(self) -> list[int]:
-        return [method.delivery_tag for method, _ in self.items]
-
-    @property
-    def flags(self) -> list[tuple[bytes, bool]]:
-        return [(body, method.redelivered) for method, body in self.items]
 
 
 def tx_consumer(

@@ -23,6 +23,7 @@ from tests.support.amqp_fixtures import (
     drain,
     get_one,
     pump,
+    wait_for_count,
 )
 
 NAME_PREFIX = "ttl"  # of the names made here (the `created` fixture reads it)
@@ -44,20 +45,6 @@ def declare(
     queue = created.queue("q")
     channel.queue_declare(queue, arguments=arguments)
     return queue, dlq
-
-
-def wait_for_count(
-    channel: BlockingChannel, queue: str, expected: int, timeout: float = 5.0
-) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        count = channel.queue_declare(queue, passive=True).method.message_count
-        if count == expected or time.monotonic() >= deadline:
-            return count
-        time.sleep(0.05)
-
-
-# --- x-message-ttl ----------------------------------------------------------------------
 
 
 def test_queue_ttl_expires_and_dead_letters(

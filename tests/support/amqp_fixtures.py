@@ -108,6 +108,50 @@ def drain(
     return bodies
 
 
+def wait_for_count(
+    channel: BlockingChannel, queue: str, expected: int, timeout: float = 5.0
+) -> int:
+    """Passive-declare until message_count == expected or `timeout`; returns the last count
+    (RabbitMQ answers exactly at once; the proxy's counts follow Pulsar's stats)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        count = channel.queue_declare(queue, passive=True).method.message_count
+        if count == expected or time.monotonic() >= deadline:
+            return int(count)
+        time.sleep(0.05)
+
+
+class Deliveries:
+    """A consumer's basic.deliver frames, in arrival order (a pika on_message_callback)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[pika.spec.Basic.Deliver, bytes]] = []
+
+    def __call__(
+        self,
+        _channel: BlockingChannel,
+        method: pika.spec.Basic.Deliver,
+        _properties: pika.BasicProperties,
+        body: bytes,
+    ) -> None:
+        self.items.append((method, body))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return [body for _, body in self.items]
+
+    @property
+    def tags(self) -> list[int]:
+        return [method.delivery_tag for method, _ in self.items]
+
+    @property
+    def flags(self) -> list[tuple[bytes, bool]]:
+        return [(body, method.redelivered) for method, body in self.items]
+
+
 def get_one(
     channel: BlockingChannel, queue: str, timeout: float = 5.0, *, auto_ack: bool = False
 ) -> tuple[pika.spec.Basic.GetOk, pika.BasicProperties, bytes]:
