@@ -11,6 +11,7 @@ from starlight_py.admin.errors import AdminError
 from starlight_py.admin.output import Table
 from starlight_py.admin.parsing import Subcommands, add_command, add_vhost_option
 from starlight_py.model import naming
+from starlight_py.model.priorities import PRIORITY_BAND_TYPE
 
 
 def register(commands: Subcommands) -> None:
@@ -49,7 +50,7 @@ def list_topics(ctx: AdminContext, args: argparse.Namespace) -> Table:
         if ctx.topology.get_queue(args.vhost, args.queue) is None:
             raise AdminError(f"no queue '{args.queue}' in vhost '{args.vhost}'")
         bindings = [b for b in bindings if b.destination == args.queue]
-    rows: list[tuple[str, str | None, str, str | None, str | None]] = [
+    rows: list[tuple[str | None, str | None, str, str | None, str | None]] = [
         (args.exchange, None, topic, None, None) for topic in unbound_topics
     ]
     for binding in bindings:
@@ -62,4 +63,16 @@ def list_topics(ctx: AdminContext, args: argparse.Namespace) -> Table:
                 binding.subscription,
             )
         )
+    if args.exchange is None:
+        # Priority queues' band topics (docs/mapping.md#priority-queues): no exchange's.
+        queues = (
+            [args.queue]
+            if args.queue is not None
+            else [q.name for q in inventory.queues(ctx, args.vhost)]
+        )
+        for queue in queues:
+            for binding_set in inventory.binding_sets(ctx, args.vhost, queue):
+                if binding_set.exchange_type == PRIORITY_BAND_TYPE:
+                    band_topic = str(naming.TopicName(namespace, binding_set.topic))
+                    rows.append((None, None, band_topic, queue, binding_set.subscription))
     return Table(COLUMNS, rows)

@@ -33,6 +33,9 @@ HEADER_PREFIX = "amqp.header."
 # Queues (a JSON list of names) that refused the message when it was published, being at
 # their length limit with x-overflow reject-publish: their subscriptions skip it.
 REFUSED_BY_KEY = "starlight.refused-by"
+# Priority queues (a JSON list of names) that got the message on their priority band topic
+# instead: their subscriptions on the exchange's topic skip this copy.
+IN_PRIORITY_BAND_KEY = "starlight.in-priority-band"
 _READABLE = (
     "content_type",
     "content_encoding",
@@ -138,13 +141,25 @@ def decode(
 
 
 def refused_by_value(queues: set[str]) -> str:
-    """The REFUSED_BY_KEY property for the queues that refused a message."""
+    """The REFUSED_BY_KEY (or IN_PRIORITY_BAND_KEY) property for these queues."""
     return json.dumps(sorted(queues), separators=(",", ":"))
+
+
+def skipped_by(pulsar_properties: dict[str, str]) -> frozenset[str]:
+    """The queues whose subscriptions skip this copy of a message: they refused it at
+    publish, or got it on a priority band (usually none, with one dictionary lookup)."""
+    if REFUSED_BY_KEY not in pulsar_properties and IN_PRIORITY_BAND_KEY not in pulsar_properties:
+        return frozenset()
+    return refused_by(pulsar_properties) | _queue_list(pulsar_properties, IN_PRIORITY_BAND_KEY)
 
 
 def refused_by(pulsar_properties: dict[str, str]) -> frozenset[str]:
     """The queues that refused the message at publish (usually none)."""
-    raw = pulsar_properties.get(REFUSED_BY_KEY)
+    return _queue_list(pulsar_properties, REFUSED_BY_KEY)
+
+
+def _queue_list(pulsar_properties: dict[str, str], key: str) -> frozenset[str]:
+    raw = pulsar_properties.get(key)
     if raw is None:
         return frozenset()
     try:

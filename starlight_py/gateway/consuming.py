@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections import OrderedDict, deque
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -29,7 +30,7 @@ from pamqp import commands
 
 from starlight_py.amqp.connection import AMQPConnection
 from starlight_py.amqp.errors import AccessRefused, NotAllowed, PreconditionFailed
-from starlight_py.backend.message_codec import REFUSED_BY_KEY, DecodedMessage, decode, refused_by
+from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.dead_lettering import DeadLetters
@@ -39,6 +40,7 @@ from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
 from starlight_py.model.positions import MessageIdRecord
+from starlight_py.model.priorities import PRIORITY_BAND_TYPE, RankedPending
 from starlight_py.model.queue_limits import MAX_LENGTH
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
@@ -53,6 +55,9 @@ GET_WAIT = 0.5
 GETTER_IDLE = 0.5
 HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
 MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
+# How long a priority queue's consumer holds back lower bands after a higher one ran empty
+# (model/priorities.py: a band's next message is a Pulsar round trip away).
+BAND_REFILL_WAIT = 0.05
 DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead letters
 TRIM_CHANNEL = 0  # dead letters of drop-head trims are settled as the connection's own
 
@@ -76,7 +81,13 @@ class AmqpConsumer:
     batcher: Batcher[tuple[ConsumerHandle, ReceivedMessage]]
     handles: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
     known_sets: dict[str, BindingSet] = field(default_factory=dict)  # by topic
-    pending: deque[tuple[ConsumerHandle, ReceivedMessage]] = field(default_factory=deque)
+    pending: RankedPending[tuple[ConsumerHandle, ReceivedMessage]] = field(
+        default_factory=RankedPending
+    )
+    ranks: dict[str, int] = field(default_factory=dict)  # by subscription: 1 + priority band
+    # A priority queue's bands that may be refilling: rank -> when it last ran empty
+    refilling: dict[int, float] = field(default_factory=dict)
+    wake_pending: bool = False
     unacked: int = 0
     started: bool = False
     cancelled: bool = False
@@ -99,6 +110,15 @@ class ChannelState:
     getters: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
     getter_generation: int = 0
     getting: bool = False  # a basic.get is using the getters right now
+
+
+def _rank(binding_set: BindingSet) -> int:
+    """How a consumer orders what its subscriptions deliver: 1 + band for a priority
+    queue's band (model/priorities.py), 0 for a binding subscription."""
+    if binding_set.exchange_type != PRIORITY_BAND_TYPE:
+        return 0
+    parsed = naming.parse_priority_band_topic(binding_set.topic)
+    return 0 if parsed is None else 1 + parsed[1]
 
 
 def _name(value: object) -> str:
@@ -203,6 +223,7 @@ class Consumers:
                 self.topology.binding_sets, self.ctx.vhost, queue
             )
         ]
+        sets.sort(key=_rank, reverse=True)  # a priority queue's highest band comes first
         await self._check_exclusive_use(queue, sets, bool(method.exclusive))
         consumer = AmqpConsumer(
             number,
@@ -273,6 +294,9 @@ class Consumers:
         )
         consumer.handles[binding_set.subscription] = handle
         consumer.known_sets[binding_set.topic] = binding_set
+        rank = consumer.ranks[binding_set.subscription] = _rank(binding_set)
+        if rank > 0:
+            consumer.refilling[rank] = time.monotonic()
 
     async def follow_bindings(self) -> None:
         """Subscribe consumers to bindings added after they started; cancel (with
@@ -365,7 +389,8 @@ class Consumers:
     def _on_messages(
         self, consumer: AmqpConsumer, items: list[tuple[ConsumerHandle, ReceivedMessage]]
     ) -> None:
-        consumer.pending.extend(items)
+        for item in items:
+            consumer.pending.put(consumer.ranks.get(item[0].subscription, 0), item)
         state = self.channels.get(consumer.channel)
         if state is not None:
             self._drain(state, consumer)
@@ -379,10 +404,17 @@ class Consumers:
         return not (state.prefetch_global and len(state.unacked) >= state.prefetch_global)
 
     def _drain(self, state: ChannelState, consumer: AmqpConsumer) -> None:
+        banded = bool(consumer.refilling)
         while consumer.pending and consumer.started and not consumer.cancelled:
             if not self._has_credit(state, consumer):
                 break
-            handle, message = consumer.pending.popleft()
+            if banded and self._wait_for_higher_band(state, consumer):
+                break
+            handle, message = consumer.pending.pop()
+            if banded:
+                rank = consumer.ranks.get(handle.subscription, 0)
+                if rank > 0 and consumer.pending.count(rank) == 0:
+                    consumer.refilling[rank] = time.monotonic()
             decoded = self._route(consumer.queue, consumer.known_sets, message)
             if decoded is None:
                 handle.acknowledge(message)  # not for this queue (another binding's)
@@ -413,14 +445,53 @@ class Consumers:
                 decoded.body,
             )
         # Flow control: stop Pulsar pushing to a consumer that cannot take more.
-        full = not self._has_credit(state, consumer) or len(consumer.pending) > 2 * max(
-            1, consumer.prefetch or UNLIMITED_RECEIVER_QUEUE
-        )
+        limit = max(1, consumer.prefetch or UNLIMITED_RECEIVER_QUEUE)
+        if banded:
+            # A priority queue's consumer keeps up to `limit` messages of each band at hand
+            # even without credit, so that a message of a higher band published meanwhile
+            # is the next one delivered.
+            for subscription, handle in consumer.handles.items():
+                rank = consumer.ranks.get(subscription, 0)
+                if consumer.cancelled or consumer.pending.count(rank) >= limit:
+                    handle.pause()
+                else:
+                    handle.resume()
+            return
+        full = not self._has_credit(state, consumer) or len(consumer.pending) > 2 * limit
         for handle in consumer.handles.values():
             if full or consumer.cancelled:
                 handle.pause()
             else:
                 handle.resume()
+
+    def _wait_for_higher_band(self, state: ChannelState, consumer: AmqpConsumer) -> bool:
+        """Whether a priority queue's consumer should hold back the waiting message because
+        a higher band ran empty less than BAND_REFILL_WAIT ago: Pulsar sends a band's next
+        message only once the proxy took the previous one, and that round trip must not let
+        a lower band's message overtake it. Schedules a new look when holding back."""
+        top = consumer.pending.top_rank()
+        now = time.monotonic()
+        until = max(
+            (
+                since + BAND_REFILL_WAIT
+                for rank, since in consumer.refilling.items()
+                if top is not None and rank > top and now - since < BAND_REFILL_WAIT
+            ),
+            default=None,
+        )
+        if until is None:
+            return False
+        if not consumer.wake_pending:
+            consumer.wake_pending = True
+            self.spawn(self._drain_later, state, consumer, until - now)
+        return True
+
+    async def _drain_later(self, state: ChannelState, consumer: AmqpConsumer, delay: float) -> None:
+        await trio.sleep(delay)
+        consumer.wake_pending = False
+        if not consumer.cancelled:
+            self._drain(state, consumer)
+            self.kick()
 
     def _route(
         self, queue: str, known_sets: dict[str, BindingSet], message: ReceivedMessage
@@ -428,8 +499,8 @@ class Consumers:
         """The message as the queue gets it, or None when no binding of the queue on its
         topic routes it (decided on the freshest binding state: the cache, else what the
         consumer read from ZooKeeper, bounded by a retired subscription's end)."""
-        if REFUSED_BY_KEY in message.properties and queue in refused_by(message.properties):
-            return None  # the queue was at its length limit (reject-publish) at publish
+        if queue in skipped_by(message.properties):
+            return None  # refused at its length limit, or in one of its priority bands
         topic = message.topic_local
         binding_set = self.cache.binding_set(self.ctx.vhost, queue, topic)
         if binding_set is None:
@@ -439,7 +510,7 @@ class Consumers:
                 binding_set = retired.binding_set  # unbound: routes only up to its end
             else:
                 binding_set = known  # the cache has not caught up with a new binding yet
-        exchange_name, key = naming.parse_exchange_topic(topic)
+        exchange_name, key = naming.exchange_and_key_of_topic(topic)
         decoded = decode(message.properties, message.body, exchange_name, key or "")
         if binding_set is None:
             return decoded
@@ -567,8 +638,7 @@ class Consumers:
         consumer = state.consumers.pop(tag, None)
         if consumer is not None:
             consumer.cancelled = True
-            leftovers = list(consumer.pending) + consumer.batcher.close()
-            consumer.pending.clear()
+            leftovers = consumer.pending.take_all() + consumer.batcher.close()
             for handle in consumer.handles.values():
                 handle.pause()
             for handle, message in leftovers:
@@ -610,6 +680,7 @@ class Consumers:
                 self.topology.binding_sets, self.ctx.vhost, queue
             )
         ]
+        sets.sort(key=_rank, reverse=True)  # a priority queue's highest band comes first
         ready: dict[str, int] = {}
         for binding_set in sets:
             topic = naming.TopicName(self.ctx.namespace, binding_set.topic)

@@ -33,7 +33,7 @@ from starlight_py.backend.message_codec import DecodedMessage, decode, encode_pr
 from starlight_py.backend.pulsar_admin import BackendUnavailable
 from starlight_py.backend.pulsar_client import BackendError, ConsumerHandle, ReceivedMessage
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.publishing import ProducerPool
+from starlight_py.gateway.publishing import JointOutcome, ProducerPool, message_copies
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
@@ -301,17 +301,40 @@ class DeadLetters:
         topic = naming.exchange_topic(
             self.ctx.namespace, exchange.name, exchange.routing_type, dead_key
         )
-        producer = await self.producers.get(topic)
         pulsar_properties = encode_properties(exchange.name, dead_key, dead_properties)
-        while not producer.has_room():
-            await trio.sleep(SEND_BACKOFF)
+        priorities = self.cache.max_priorities(self.ctx.vhost)  # usually empty
+        routed = (
+            self.cache.routed_queues(self.ctx.vhost, exchange, dead_key, dead_properties.headers)
+            if priorities
+            else set()
+        )
+        copies = message_copies(
+            self.ctx.namespace,
+            topic,
+            exchange,
+            pulsar_properties,
+            routed,
+            set(),
+            priorities,
+            dead_properties.priority,
+        )
+        outcome = JointOutcome(len(copies))
+
+        def joint(ok: bool, error: str) -> None:
+            if outcome.add(ok, error):
+                done(outcome.ok, outcome.error)
+
         sending()
-        while not producer.send_async(body, pulsar_properties, done):
-            await trio.sleep(SEND_BACKOFF)
+        for copy_topic, copy_properties in copies:
+            producer = await self.producers.get(copy_topic)
+            while not producer.has_room():
+                await trio.sleep(SEND_BACKOFF)
+            while not producer.send_async(body, copy_properties, joint):
+                await trio.sleep(SEND_BACKOFF)
         return True
 
     def _decoded(self, message: ReceivedMessage) -> DecodedMessage:
-        exchange, key = naming.parse_exchange_topic(message.topic_local)
+        exchange, key = naming.exchange_and_key_of_topic(message.topic_local)
         return decode(message.properties, message.body, exchange, key or "")
 
     async def _exchange(self, name: str) -> Exchange | None:

@@ -9,6 +9,7 @@ per connection, so many confirms cost one wake-up.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from starlight_py.amqp.errors import (
     PreconditionFailed,
 )
 from starlight_py.backend.message_codec import (
+    IN_PRIORITY_BAND_KEY,
     REFUSED_BY_KEY,
     encode_properties,
     refused_by_value,
@@ -36,7 +38,9 @@ from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import expiration_problem
+from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.permissions import Access
+from starlight_py.model.priorities import band_of, max_priority_of
 from starlight_py.model.queue_limits import REJECT_PUBLISH_DLX, LengthLimit
 from starlight_py.model.routing import route_with_alternates
 from starlight_py.model.topology import Exchange, message_delay_ms
@@ -82,6 +86,42 @@ class ProducerPool:
         self._producers.clear()
 
 
+def message_copies(
+    namespace: NamespaceName,
+    topic: naming.TopicName,
+    target: Exchange,
+    pulsar_properties: dict[str, str],
+    routed: set[str],
+    refusing: set[str],
+    priorities: dict[str, int],
+    priority: int | None,
+) -> list[tuple[naming.TopicName, dict[str, str]]]:
+    """Where a message routed by `target` is written: the exchange's `topic` (whose binding
+    subscriptions skip it for the queues in `refusing`), and, for each of the `routed`
+    queues that is a priority queue (`priorities`: queue -> x-max-priority), the topic of
+    the message's priority band (docs/mapping.md#priority-queues).
+
+    A message for the default exchange that only priority queues take is not written to the
+    exchange's topic at all. For any other exchange it is, marked as skipped by those
+    queues, because a binding made a moment ago may not be in this proxy's cache yet."""
+    banded = {
+        q: band_of(priority, priorities[q]) for q in sorted(routed - refusing) if q in priorities
+    }
+    copies = []
+    if not banded or target.name != "" or routed - refusing - banded.keys():
+        main = pulsar_properties
+        if refusing or banded:
+            main = dict(pulsar_properties)
+            if refusing:
+                main[REFUSED_BY_KEY] = refused_by_value(refusing)
+            if banded:
+                main[IN_PRIORITY_BAND_KEY] = refused_by_value(set(banded))
+        copies.append((topic, main))
+    for queue, band in banded.items():
+        copies.append((naming.priority_band_topic(namespace, queue, band), pulsar_properties))
+    return copies
+
+
 class LengthChecks(Protocol):
     """Queue length limits on the publish path (gateway/queue_lengths.py, bound to one
     connection)."""
@@ -104,6 +144,26 @@ class LengthChecks(Protocol):
 
 # (channel, confirm sequence or None, ok, error text)
 SendResult = tuple[int, int | None, bool, str]
+
+
+class JointOutcome:
+    """The joint result of the copies of one publish (usually one): the confirm is an ack
+    only when Pulsar stored every copy. Send callbacks come from pulsar-client's threads."""
+
+    def __init__(self, copies: int) -> None:
+        self._left = copies
+        self._lock = threading.Lock()
+        self.ok = True
+        self.error = ""
+
+    def add(self, ok: bool, error: str) -> bool:
+        """Record one copy's result; True for the last one."""
+        with self._lock:
+            if not ok:
+                self.ok = False
+                self.error = self.error or error
+            self._left -= 1
+            return self._left == 0
 
 
 class Publisher:
@@ -245,21 +305,31 @@ class Publisher:
         topic = naming.exchange_topic(
             self.ctx.namespace, target.name, target.routing_type, routing_key
         )
-        producer = await self.producers.get(topic)
         pulsar_properties = encode_properties(
             exchange.name, routing_key, properties, raw_properties or None
         )
-        refused = False
-        limits = self.cache.length_limits(self.ctx.vhost)  # usually empty: one lookup
+        vhost = self.ctx.vhost
+        limits = self.cache.length_limits(vhost)  # usually empty: one lookup
+        priorities = self.cache.max_priorities(vhost)  # the same
+        lagging = target.name == "" and self.cache.queue(vhost, routing_key) is None
+        if lagging:
+            # Declared a moment ago: the cache has not seen the queue yet, ZooKeeper has.
+            priorities = await self._with_fresh_priority(routing_key, priorities)
+        routed = (
+            self.cache.routed_queues(vhost, target, routing_key, headers)
+            if (limits and self.lengths is not None) or priorities
+            else set()
+        )
+        if lagging and routing_key in priorities:
+            routed.add(routing_key)
+        refusing: set[str] = set()
         if limits and self.lengths is not None:
-            routed = self.cache.routed_queues(self.ctx.vhost, target, routing_key, headers)
             limited = {q: limits[q] for q in routed if q in limits}
             refusing = await self.lengths.refusing(limited, len(body)) if limited else set()
             if refusing:
                 # RabbitMQ's reject-publish: the publisher gets a nack, the queues with
                 # room still get the message.
                 self.metrics.refused()
-                refused = True
                 for queue in sorted(refusing):
                     if limited[queue].overflow == REJECT_PUBLISH_DLX:
                         await self.lengths.dead_letter_refused(
@@ -270,17 +340,44 @@ class Publisher:
                         for frame in tracker.complete(seq, False):
                             self.conn.send_method(channel, frame)
                     return
-                pulsar_properties[REFUSED_BY_KEY] = refused_by_value(refusing)
             if limited:
                 self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
+        copies = message_copies(
+            self.ctx.namespace,
+            topic,
+            target,
+            pulsar_properties,
+            routed,
+            refusing,
+            priorities,
+            properties.priority,
+        )
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
-
         handed_over = time.monotonic()
+        outcome = JointOutcome(len(copies))
 
         def done(ok: bool, error: str) -> None:
             self.metrics.send_done(ok, time.monotonic() - handed_over)
-            self.results.put((channel, seq, ok and not refused, error))
+            if outcome.add(ok, error):
+                self.results.put((channel, seq, outcome.ok and not refusing, outcome.error))
 
+        for copy_topic, copy_properties in copies:
+            producer = await self.producers.get(copy_topic)
+            await self._send(producer, body, copy_properties, done, delay_ms)
+
+    async def _with_fresh_priority(self, queue: str, priorities: dict[str, int]) -> dict[str, int]:
+        found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)
+        max_priority = None if found is None else max_priority_of(found[0].arguments)
+        return priorities if max_priority is None else {**priorities, queue: max_priority}
+
+    async def _send(
+        self,
+        producer: ProducerHandle,
+        body: bytes,
+        pulsar_properties: dict[str, str],
+        done: Callable[[bool, str], None],
+        delay_ms: int,
+    ) -> None:
         if producer.has_room() and producer.send_async(body, pulsar_properties, done, delay_ms):
             return
         # Pulsar is behind: stop reading this client until it catches up, and say so to

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.recipe.cache import TreeCache, TreeEvent
 
@@ -27,11 +27,14 @@ from starlight_py.metadata.records import (
 )
 from starlight_py.metadata.zookeeper import ZooKeeperClient
 from starlight_py.model.naming import unescape
+from starlight_py.model.priorities import max_priority_of
 from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.routing import binding_matches
 from starlight_py.model.topology import Exchange, Queue
 
 log = logging.getLogger("starlight.cache")
+
+V = TypeVar("V")
 
 
 def name_of(segment: str) -> str:
@@ -60,6 +63,8 @@ class TopologyCache:
         self._vhosts: dict[str, VhostRecord] = {}
         # vhost -> {queue: its length limit}, for the publish path's overflow checks
         self._limited: dict[str, dict[str, LengthLimit]] = {}
+        # vhost -> {queue: its x-max-priority}, for the publish path's priority bands
+        self._prioritised: dict[str, dict[str, int]] = {}
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
@@ -149,6 +154,12 @@ class TopologyCache:
         with self._lock:
             return self._limited.get(vhost, {})
 
+    def max_priorities(self, vhost: str) -> dict[str, int]:
+        """The priority queues of `vhost` and their `x-max-priority` (empty for almost every
+        vhost: the publish path asks this first)."""
+        with self._lock:
+            return self._prioritised.get(vhost, {})
+
     def routed_queues(
         self,
         vhost: str,
@@ -234,10 +245,12 @@ class TopologyCache:
             elif kind == "queues" and len(parts) == 3:
                 if isinstance(record, Queue):
                     self._queues[(vhost, name)] = record
-                    self._index_limit(vhost, name, LengthLimit.of(record.arguments))
+                    _index(self._limited, vhost, name, LengthLimit.of(record.arguments))
+                    _index(self._prioritised, vhost, name, max_priority_of(record.arguments))
                 elif raw is None:
                     self._queues.pop((vhost, name), None)
-                    self._index_limit(vhost, name, None)
+                    _index(self._limited, vhost, name, None)
+                    _index(self._prioritised, vhost, name, None)
             elif kind == "retired" and len(parts) == 3:
                 if isinstance(record, RetiredSubscription):
                     self._retired[(vhost, record.subscription)] = record
@@ -262,18 +275,20 @@ class TopologyCache:
                     if not sets:
                         self._sets_by_exchange.pop(exchange_key, None)
 
-    def _index_limit(self, vhost: str, name: str, limit: LengthLimit | None) -> None:
-        # Copied on write: readers get a dict nobody changes afterwards.
-        current = self._limited.get(vhost, {})
-        if limit is None and name not in current:
-            return
-        updated = {q: x for q, x in current.items() if q != name}
-        if limit is not None:
-            updated[name] = limit
-        if updated:
-            self._limited[vhost] = updated
-        else:
-            self._limited.pop(vhost, None)
+
+def _index(index: dict[str, dict[str, V]], vhost: str, name: str, value: V | None) -> None:
+    """Set (or, with None, remove) a queue's entry in a per-vhost index. Copied on write:
+    readers get a dict nobody changes afterwards."""
+    current = index.get(vhost, {})
+    if value is None and name not in current:
+        return
+    updated = {q: x for q, x in current.items() if q != name}
+    if value is not None:
+        updated[name] = value
+    if updated:
+        index[vhost] = updated
+    else:
+        index.pop(vhost, None)
 
 
 def _indexed(parts: list[str]) -> bool:

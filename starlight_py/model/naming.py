@@ -153,6 +153,43 @@ def parse_exchange_topic(local: str) -> tuple[str, str | None]:
     return exchange, (unescape(key_part) if separator else None)
 
 
+PRIORITY_BAND_TOPIC_PREFIX = "amq.priority"
+"""How priority band topics start: `amq.priority~~E(queue)~~<band>`. No exchange topic
+starts with it (users cannot declare `amq.*` exchanges and no built-in one has this name),
+and `parse_exchange_topic` rejects the name (`~~` is not in an escaped key)."""
+
+
+def priority_band_topic(namespace: NamespaceName, queue: str, band: int) -> TopicName:
+    """The topic of one priority band of a priority queue (model/priorities.py): the proxy
+    writes a message routed to the queue there, in the band of its priority."""
+    return TopicName(
+        namespace, PRIORITY_BAND_TOPIC_PREFIX + SEPARATOR + escape(queue) + SEPARATOR + str(band)
+    )
+
+
+def parse_priority_band_topic(local: str) -> tuple[str, int] | None:
+    """(queue, band) from a band topic's local name; None for any other topic."""
+    prefix, _, rest = local.partition(SEPARATOR)
+    if prefix != PRIORITY_BAND_TOPIC_PREFIX:
+        return None
+    queue_part, separator, band = rest.partition(SEPARATOR)
+    if not separator or not band.isdigit() or band != str(int(band)):
+        return None
+    try:
+        return unescape(queue_part), int(band)
+    except ValueError:
+        return None
+
+
+def exchange_and_key_of_topic(local: str) -> tuple[str, str | None]:
+    """Like `parse_exchange_topic`, but ("", None) for a topic that is not an exchange's
+    (a priority band, a Pulsar-native topic): the message's own properties say then."""
+    try:
+        return parse_exchange_topic(local)
+    except ValueError:
+        return "", None
+
+
 def new_binding_set_id() -> str:
     """A fresh binding set id: 12 random lowercase hex characters (48 bits)."""
     return secrets.token_hex(6)

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
 from starlight_py.model.positions import MessageIdRecord
+from starlight_py.model.priorities import PRIORITY_BAND_TYPE
 
 
 def topic_words(key: str) -> tuple[str, ...]:
@@ -127,7 +128,11 @@ def any_binding_routes(
     position: MessageIdRecord | None,
 ) -> bool:
     """True when one of a queue's binding entries (objects with routing_key, arguments,
-    start, end, unbound) on this topic routes the message: the queue gets it once."""
+    start, end, unbound) on this topic routes the message: the queue gets it once. A
+    priority band's topic holds only what was routed to the queue: all of it is the
+    queue's."""
+    if exchange_type == PRIORITY_BAND_TYPE:
+        return True
     return any(
         binding_matches(exchange_type, e.routing_key, e.arguments, routing_key, headers)
         and within_window(position, e.start, e.end, e.unbound)

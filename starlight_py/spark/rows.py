@@ -65,7 +65,12 @@ class QueueRoutes:
         routing_key: str,
         headers: Mapping[str, Any] | None,
         position: MessageIdRecord | None,
+        skipped_by: frozenset[str] = frozenset(),
     ) -> bool:
+        """Whether the queue got the message; never a copy its queue skips (refused at its
+        length limit, or read from a priority band instead)."""
+        if self.binding_sets and self.binding_sets[0].queue in skipped_by:
+            return False
         return any(
             any_binding_routes(
                 binding_set.exchange_type, binding_set.entries, routing_key, headers, position
@@ -133,7 +138,9 @@ def amqp_row(
             position = position_from_bytes(bytes(message_id))
         except ValueError:
             position = None
-    if routes is not None and not routes.routes(local, decoded.routing_key, amqp.headers, position):
+    if routes is not None and not routes.routes(
+        local, decoded.routing_key, amqp.headers, position, message_codec.skipped_by(properties)
+    ):
         return None
     return (
         decoded.exchange,

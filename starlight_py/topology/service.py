@@ -54,6 +54,7 @@ from starlight_py.metadata.zookeeper import (
 )
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.priorities import PRIORITY_BAND_TYPE, band_count, max_priority_of
 from starlight_py.model.queue_limits import QueueDepth
 from starlight_py.model.routing import binding_matches
 from starlight_py.model.topology import (
@@ -384,14 +385,22 @@ class TopologyService:
             entries=(BindingEntry(queue.name),),
             created=now(),
         )
-        self.admin.create_subscription(topic, binding_set.subscription)
+        sets = [(topic, binding_set), *self._priority_bands(namespace, queue)]
+        created: list[tuple[naming.TopicName, BindingSet]] = []
+        try:
+            for set_topic, each in sets:
+                self.admin.create_subscription(set_topic, each.subscription)
+                created.append((set_topic, each))
+        except BaseException:
+            self._delete_subscriptions(created)
+            raise
         ops: list[Op] = [
             Check(self.paths.vhost(vhost), -1),
             Create(self.paths.queue(vhost, queue.name), encode(queue)),
             Create(self.paths.queue_bindings(vhost, queue.name)),
-            Create(
-                self.paths.binding_set(vhost, queue.name, topic.local),
-                encode(binding_set),
+            *(
+                Create(self.paths.binding_set(vhost, queue.name, t.local), encode(each))
+                for t, each in sets
             ),
             Create(self.paths.queue_consumers(vhost, queue.name)),
         ]
@@ -407,12 +416,49 @@ class TopologyService:
             if queue.exclusive and queue.owner is not None:
                 self.ephemerals.remember(owner_path, queue.owner.encode())
         except TransactionFailed as e:
-            self.admin.delete_subscription(topic, binding_set.subscription)
+            self._delete_subscriptions(created)
             if isinstance(e.cause, NodeAlreadyExists):
                 return False
             raise
         log.info("declared queue %r in vhost %r", queue.name, vhost)
         return True
+
+    @staticmethod
+    def _priority_bands(
+        namespace: NamespaceName, queue: Queue
+    ) -> list[tuple[naming.TopicName, BindingSet]]:
+        """A priority queue's band subscriptions (model/priorities.py), highest band first;
+        none for other queues. They are binding sets of the queue with no entries, so counts,
+        purge, delete, TTL sweeps and consumers cover them like bindings."""
+        max_priority = max_priority_of(queue.arguments)
+        if max_priority is None:
+            return []
+        bands = []
+        for band in reversed(range(band_count(max_priority))):
+            topic = naming.priority_band_topic(namespace, queue.name, band)
+            bands.append(
+                (
+                    topic,
+                    BindingSet(
+                        queue=queue.name,
+                        exchange=DEFAULT_EXCHANGE,
+                        topic=topic.local,
+                        subscription=naming.subscription_name(
+                            queue.name, naming.new_binding_set_id()
+                        ),
+                        created=now(),
+                        exchange_type=PRIORITY_BAND_TYPE,
+                    ),
+                )
+            )
+        return bands
+
+    def _delete_subscriptions(self, sets: list[tuple[naming.TopicName, BindingSet]]) -> None:
+        for topic, binding_set in sets:
+            try:
+                self.admin.delete_subscription(topic, binding_set.subscription)
+            except Exception as e:
+                log.warning("could not delete subscription %s: %s", binding_set.subscription, e)
 
     def queue_counts(self, vhost: str, namespace: NamespaceName, name: str) -> QueueCounts:
         """Ready messages, from Pulsar subscription stats (live), and AMQP consumers, from

@@ -176,6 +176,15 @@ def test_topics_names_the_pulsar_topics_and_subscriptions(
         "SUBSCRIPTION",
     ]
 
+    # A priority queue's bands are topics of their own (docs/mapping.md#priority-queues).
+    admin.ok("queue", "declare", "urgent", "--argument", "x-max-priority=2")
+    bands = admin.json("topics", "--queue", "urgent")
+    assert sorted(t["topic"] for t in bands if t["exchange"] is None) == [
+        f"persistent://public/default/amq.priority~~urgent~~{band}" for band in (0, 1, 2)
+    ]
+    assert [t["exchange"] for t in bands if t["exchange"] is not None] == [""]
+    admin.ok("queue", "delete", "urgent")
+
     missing = admin.run("topics", "--exchange", "nope")
     assert missing.code == 1
     assert "no exchange 'nope'" in missing.err

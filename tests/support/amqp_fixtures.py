@@ -152,6 +152,20 @@ class Deliveries:
         return [(body, method.redelivered) for method, body in self.items]
 
 
+class AckingDeliveries(Deliveries):
+    """Deliveries that acks each message as it arrives."""
+
+    def __call__(
+        self,
+        channel: BlockingChannel,
+        method: pika.spec.Basic.Deliver,
+        properties: pika.BasicProperties,
+        body: bytes,
+    ) -> None:
+        super().__call__(channel, method, properties, body)
+        channel.basic_ack(method.delivery_tag)
+
+
 def get_one(
     channel: BlockingChannel, queue: str, timeout: float = 5.0, *, auto_ack: bool = False
 ) -> tuple[pika.spec.Basic.GetOk, pika.BasicProperties, bytes]:

@@ -342,3 +342,13 @@ def test_routed_queues_are_those_whose_active_bindings_match(cache: TopologyCach
     default = Exchange("", "direct")
     assert cache.routed_queues("/", default, "q1", None) == {"q1"}
     assert cache.routed_queues("/", default, "missing", None) == set()
+
+
+def test_priority_queues_are_indexed_per_vhost(cache: TopologyCache) -> None:
+    put(cache, PATHS.queue("/", "p"), Queue("p", arguments={"x-max-priority": 5}))
+    put(cache, PATHS.queue("/", "zero"), Queue("zero", arguments={"x-max-priority": 0}))
+    put(cache, PATHS.queue("/", "plain"), Queue("plain"))
+    assert cache.max_priorities("/") == {"p": 5}
+    assert cache.max_priorities("other") == {}
+    remove(cache, PATHS.queue("/", "p"))
+    assert cache.max_priorities("/") == {}
