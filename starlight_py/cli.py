@@ -22,6 +22,7 @@ from starlight_py.local import LocalInfraError, PulsarStandalone, ZooKeeperServe
 from starlight_py.local.distribution import ensure_pulsar_distribution
 from starlight_py.local.ports import ensure_port_free
 from starlight_py.structured_logging import configure_logging
+from starlight_py.workers import die_with_supervisor, run_workers
 
 log = logging.getLogger("starlight")
 
@@ -48,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the proxy. Settings: conf file < STARLIGHT_* environment < flags.",
     )
     serve_cmd.add_argument("-c", "--config", type=Path, help="conf file (see conf/starlight.conf)")
+    serve_cmd.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N proxy processes sharing the AMQP ports (SO_REUSEPORT), to use N cores "
+        "(default: 1; see docs/operations.md#workers)",
+    )
     _add_overrides(serve_cmd)
 
     config_cmd = commands.add_parser(
@@ -140,7 +149,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"starlight-proxy: {e}", file=sys.stderr)
         return 2
     _setup_logging(config)
+    die_with_supervisor()
+    if args.workers != 1:
+        return _run_workers(args, config)
     return _run_proxy(config)
+
+
+def _run_workers(args: argparse.Namespace, config: StarlightConfig) -> int:
+    if args.workers < 1:
+        print("starlight-proxy: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if any(listener.port == 0 for listener in config.listeners):
+        print(
+            "starlight-proxy: --workers needs fixed listener ports (amqpListeners has port 0)",
+            file=sys.stderr,
+        )
+        return 2
+    serve_args = ["--config", str(args.config)] if args.config is not None else []
+    for pair in args.set:
+        serve_args += ["--set", pair]
+    return run_workers(serve_args, args.workers)
 
 
 def _config_command(args: argparse.Namespace, overrides: dict[str, str]) -> int:

@@ -37,6 +37,7 @@ from starlight_py.bench.infra import (
     start_pulsar,
     start_rabbitmq,
     wait_rabbitmq,
+    worker_pids,
 )
 from starlight_py.bench.runner import Case, CaseResult, Settings, Target, run_case, size_label
 from starlight_py.local import PULSAR_VERSION
@@ -193,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="use this RabbitMQ (amqp://...) instead of starting a private node",
     )
     parser.add_argument(
+        "--proxy-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the proxy as `serve --workers N` (default: 1); CPU counts every worker, "
+        "RSS is worker 0's",
+    )
+    parser.add_argument(
         "--proxy-set",
         metavar="KEY=VALUE",
         action="append",
@@ -307,6 +316,7 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
 
     proxy: GroupProcess | None = None
     proxy_url = ""
+    proxy_pids: dict[str, int] = {}
     sampler: RssSampler | None = None
     cprofile_out: Path | None = None
     if "proxy" in targets:
@@ -315,10 +325,19 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
             args.profile_out.mkdir(parents=True, exist_ok=True)
             cprofile_out = args.profile_out.resolve() / "proxy.cprofile"
         proxy, proxy_url = start_proxy(
-            stack, work_dir, endpoints, args.proxy_set, cprofile_out=cprofile_out
+            stack,
+            work_dir,
+            endpoints,
+            args.proxy_set,
+            cprofile_out=cprofile_out,
+            workers=args.proxy_workers,
         )
-        say(f"proxy ready at {proxy_url} (pid {proxy.pid})")
-        sampler = RssSampler(proxy.pid).start()
+        proxy_pids = {"proxy": proxy.pid}
+        if args.proxy_workers > 1:
+            workers = worker_pids(proxy.pid, args.proxy_workers)
+            proxy_pids = {f"proxy{i}": pid for i, pid in enumerate(workers)}
+        say(f"proxy ready at {proxy_url} (pids {sorted(proxy_pids.values())})")
+        sampler = RssSampler(min(proxy_pids.values())).start()
         stack.callback(sampler.stop)
         if args.profile == "py-spy":
             _start_py_spy(stack, args.profile_out, proxy.pid)
@@ -329,7 +348,7 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
     target_objects: dict[str, Target] = {}
     if proxy is not None:
         target_objects["proxy"] = Target(
-            "proxy", "amqp", proxy_url, {"proxy": proxy.pid, **pulsar_processes}, proxy.alive
+            "proxy", "amqp", proxy_url, {**proxy_pids, **pulsar_processes}, proxy.alive
         )
     if "rabbitmq" in targets and rabbit_url is not None:
         rabbit_processes = {"rabbitmq": rabbit_server.pid} if rabbit_server else {}

@@ -289,12 +289,31 @@ def amqp_handshake(url: str) -> str:
 # --- the proxy -------------------------------------------------------------------------
 
 
+def worker_pids(supervisor: int, count: int, timeout: float = 30.0) -> list[int]:
+    """The pids of `serve --workers` processes under `supervisor`, once `count` run.
+
+    Raises BenchError."""
+    deadline = time.monotonic() + timeout
+    path = Path(f"/proc/{supervisor}/task/{supervisor}/children")
+    while True:
+        try:
+            pids = sorted(int(p) for p in path.read_text().split())
+        except OSError:
+            pids = []
+        if len(pids) >= count:
+            return pids[:count]
+        if time.monotonic() > deadline:
+            raise BenchError(f"the proxy started {len(pids)} of {count} workers")
+        time.sleep(0.1)
+
+
 def start_proxy(
     stack: ExitStack,
     base: Path,
     endpoints: PulsarEndpoints,
     extra_settings: Sequence[str] = (),
     cprofile_out: Path | None = None,
+    workers: int = 1,
 ) -> tuple[GroupProcess, str]:
     """`python -m starlight_py serve` as a subprocess; returns it and its amqp:// URL.
 
@@ -311,6 +330,8 @@ def start_proxy(
     ]
     profile = ["-m", "cProfile", "-o", str(cprofile_out)] if cprofile_out else []
     argv = [sys.executable, *profile, "-m", "starlight_py", "serve"]
+    if workers != 1:
+        argv += ["--workers", str(workers)]
     for setting in settings:
         argv += ["--set", setting]
     proxy = GroupProcess("proxy", argv, base / "proxy.log")

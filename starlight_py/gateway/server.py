@@ -51,6 +51,7 @@ from starlight_py.model.proxy_protocol import ProxyHeader, ProxyProtocolError
 from starlight_py.ops.health import serve_health
 from starlight_py.ops.metrics import LiveCounts, ProxyMetrics
 from starlight_py.topology.service import TopologyService
+from starlight_py.workers import worker_index
 
 log = logging.getLogger("starlight.server")
 
@@ -215,20 +216,28 @@ def build_services(config: StarlightConfig) -> ProxyServices:
 
 
 AnyListener = trio.SocketListener | TlsListener
+LISTEN_BACKLOG = 1024
 
 
 async def open_listeners(
-    listeners: tuple[Listener, ...], tls: ReloadingServerContext | None = None
+    listeners: tuple[Listener, ...],
+    tls: ReloadingServerContext | None = None,
+    *,
+    reuse_port: bool = False,
 ) -> list[AnyListener]:
     """Bind every configured listener (amqps:// ones wrap their connections in TLS with
-    `tls`); raises ConfigError for an amqps:// listener without `tls` and OSError (address
-    in use, permission) with the listener named."""
+    `tls`; with `reuse_port`, SO_REUSEPORT sockets that other workers share); raises
+    ConfigError for an amqps:// listener without `tls` and OSError (address in use,
+    permission) with the listener named."""
     opened: list[AnyListener] = []
     for listener in listeners:
         if listener.scheme == "amqps" and tls is None:
             raise ConfigError("amqpListeners", f"{listener.url}: TLS is not configured")
         try:
-            sockets = await trio.open_tcp_listeners(listener.port, host=listener.host)
+            if reuse_port:
+                sockets = await _shared_port_listeners(listener.host, listener.port)
+            else:
+                sockets = await trio.open_tcp_listeners(listener.port, host=listener.host)
             if tls is not None and listener.scheme == "amqps":
                 opened.extend(TlsListener(sock, tls) for sock in sockets)
             else:
@@ -238,6 +247,34 @@ async def open_listeners(
                 await sock.aclose()
             raise OSError(e.errno, f"cannot listen on {listener.url}: {e.strerror}") from e
     return opened
+
+
+async def _shared_port_listeners(host: str | None, port: int) -> list[trio.SocketListener]:
+    """Like trio.open_tcp_listeners, with SO_REUSEPORT: every worker binds the same port and
+    the kernel spreads new connections across them."""
+    infos = await trio.socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    listeners: list[trio.SocketListener] = []
+    try:
+        for family, kind, proto, _, address in infos:
+            sock = trio.socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                await sock.bind(address)
+                sock.listen(LISTEN_BACKLOG)
+            except BaseException:
+                sock.close()
+                raise
+            listeners.append(trio.SocketListener(sock))
+    except BaseException:
+        for each in listeners:
+            await each.aclose()
+        raise
+    return listeners
 
 
 def bound_urls(listeners: list[AnyListener]) -> list[str]:
@@ -348,7 +385,7 @@ async def _serve(
     shutdown: ShutdownRequest | None,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
-    listeners = await open_listeners(config.listeners, tls)
+    listeners = await open_listeners(config.listeners, tls, reuse_port=worker_index() is not None)
     urls = bound_urls(listeners)
     for url in urls:
         log.info("listening on %s", url)
@@ -421,7 +458,8 @@ async def _serve(
             await nursery.start(
                 serve_health,
                 address.hostname or "127.0.0.1",
-                address.port or 0,
+                # Workers of `serve --workers N` use port, port + 1, ... (workers.py).
+                (address.port or 0) and (address.port or 0) + (worker_index() or 0),
                 services.metrics,
                 lambda: readiness_problems(services),
             )

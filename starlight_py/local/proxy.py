@@ -62,6 +62,7 @@ class ProxyProcess:
         port: int | None = None,
         *,
         log: Log = log_to_stderr,
+        workers: int = 1,
     ) -> None:
         """``name`` is used in messages and logs ("proxy 0").
 
@@ -74,6 +75,7 @@ class ProxyProcess:
         self.port = port if port is not None else free_port()
         self.settings = {**settings, "amqpListeners": f"amqp://{LOOPBACK}:{self.port}"}
         self._log = log
+        self.workers = workers  # `serve --workers N` (starlight_py/workers.py)
         self._process = ServerProcess(name, log_path)
         self._launched_at = time.monotonic()
 
@@ -106,6 +108,8 @@ class ProxyProcess:
             return
         ensure_port_free(self.port, f"{self.name} AMQP listener")
         argv = [sys.executable, "-m", "starlight_py", "serve"]
+        if self.workers != 1:
+            argv += ["--workers", str(self.workers)]
         for key, value in self.settings.items():
             argv += ["--set", f"{key}={value}"]
         python_path = os.pathsep.join(

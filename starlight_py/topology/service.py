@@ -710,21 +710,26 @@ class TopologyService:
             self.zk.delete(path)
 
     def purge_queue(self, vhost: str, namespace: NamespaceName, name: str, owner: str) -> int:
-        """Drop the ready messages of a queue; returns how many (from the stats read just
-        before). Raises NotFound, ResourceLocked."""
+        """Drop the ready messages of a queue; returns how many: the ready count of the
+        stats read just before for a subscription skipped whole, the messages actually taken
+        for one drained. Raises NotFound, ResourceLocked."""
         queue = self._require_queue(vhost, name, (50, 30))
         self._check_owner(vhost, queue, owner, (50, 30))
-        counts = self.queue_counts(vhost, namespace, name)
+        purged = 0
         for binding_set, _ in self.binding_sets(vhost, name):
             topic = naming.TopicName(namespace, binding_set.topic)
             stats = self.admin.subscription_stats(topic).get(binding_set.subscription)
             if stats is not None and stats.unacked and self.backend is not None:
                 # skip_all would also drop delivered-unacked messages, which RabbitMQ's
-                # purge leaves to their consumers: take only what the broker hands out.
-                self.backend.drain_subscription(topic, binding_set.subscription, f"purge/{owner}")
+                # purge leaves to their consumers: take only what the broker hands out
+                # (not a message a consumer has prefetched, so count what was taken).
+                purged += self.backend.drain_subscription(
+                    topic, binding_set.subscription, f"purge/{owner}"
+                )
             else:
                 self.admin.skip_all(topic, binding_set.subscription)
-        return counts.message_count
+                purged += stats.ready if stats is not None else 0
+        return purged
 
     def _drop_subscription_now(
         self, vhost: str, namespace: NamespaceName, record: RetiredSubscription
