@@ -33,7 +33,7 @@ from starlight_py.backend.message_codec import DecodedMessage, decode, encode_pr
 from starlight_py.backend.pulsar_admin import BackendUnavailable
 from starlight_py.backend.pulsar_client import BackendError, ConsumerHandle, ReceivedMessage
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.publishing import JointOutcome, ProducerPool, message_copies
+from starlight_py.gateway.publishing import ProducerPool, joined, message_copies
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
@@ -318,12 +318,7 @@ class DeadLetters:
             priorities,
             dead_properties.priority,
         )
-        outcome = JointOutcome(len(copies))
-
-        def joint(ok: bool, error: str) -> None:
-            if outcome.add(ok, error):
-                done(outcome.ok, outcome.error)
-
+        joint = joined(len(copies), done)
         sending()
         for copy_topic, copy_properties in copies:
             producer = await self.producers.get(copy_topic)

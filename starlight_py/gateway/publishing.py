@@ -146,24 +146,26 @@ class LengthChecks(Protocol):
 SendResult = tuple[int, int | None, bool, str]
 
 
-class JointOutcome:
-    """The joint result of the copies of one publish (usually one): the confirm is an ack
-    only when Pulsar stored every copy. Send callbacks come from pulsar-client's threads."""
+def joined(copies: int, done: Callable[[bool, str], None]) -> Callable[[bool, str], None]:
+    """A send callback for each of the `copies` of one message that calls `done` once, after
+    the last, with ok only when Pulsar stored every copy (the first error otherwise). One
+    copy, the usual case, is `done` itself. Callbacks come from pulsar-client's threads."""
+    if copies == 1:
+        return done
+    lock = threading.Lock()
+    left, stored, first_error = copies, True, ""
 
-    def __init__(self, copies: int) -> None:
-        self._left = copies
-        self._lock = threading.Lock()
-        self.ok = True
-        self.error = ""
+    def each(ok: bool, error: str) -> None:
+        nonlocal left, stored, first_error
+        with lock:
+            if not ok and stored:
+                stored, first_error = False, error
+            left -= 1
+            if left:
+                return
+        done(stored, first_error)
 
-    def add(self, ok: bool, error: str) -> bool:
-        """Record one copy's result; True for the last one."""
-        with self._lock:
-            if not ok:
-                self.ok = False
-                self.error = self.error or error
-            self._left -= 1
-            return self._left == 0
+    return each
 
 
 class Publisher:
@@ -354,12 +356,14 @@ class Publisher:
         )
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
         handed_over = time.monotonic()
-        outcome = JointOutcome(len(copies))
+        stored = joined(
+            len(copies),
+            lambda ok, error: self.results.put((channel, seq, ok and not refusing, error)),
+        )
 
         def done(ok: bool, error: str) -> None:
             self.metrics.send_done(ok, time.monotonic() - handed_over)
-            if outcome.add(ok, error):
-                self.results.put((channel, seq, outcome.ok and not refusing, outcome.error))
+            stored(ok, error)
 
         for copy_topic, copy_properties in copies:
             producer = await self.producers.get(copy_topic)

@@ -10,7 +10,7 @@ from starlight_py.backend.message_codec import (
     REFUSED_BY_KEY,
     skipped_by,
 )
-from starlight_py.gateway.publishing import JointOutcome, message_copies
+from starlight_py.gateway.publishing import joined, message_copies
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.priorities import (
@@ -123,10 +123,12 @@ def test_other_queues_and_exchanges_keep_the_main_copy_marked() -> None:
 
 
 def test_the_confirm_waits_for_every_copy() -> None:
-    outcome = JointOutcome(3)
-    assert not outcome.add(True, "")
-    assert not outcome.add(False, "timeout")
-    assert outcome.add(True, "")
-    assert not outcome.ok and outcome.error == "timeout"
-    single = JointOutcome(1)
-    assert single.add(True, "") and single.ok
+    results: list[tuple[bool, str]] = []
+    each = joined(3, lambda ok, error: results.append((ok, error)))
+    each(True, "")
+    each(False, "timeout")
+    assert results == []
+    each(True, "")
+    assert results == [(False, "timeout")]
+    single = lambda ok, error: results.append((ok, error))  # noqa: E731
+    assert joined(1, single) is single
