@@ -69,6 +69,10 @@ def received(message: Any) -> ReceivedMessage:
     )
 
 
+_OK = pulsar.Result.Ok
+_QUEUE_FULL = pulsar.Result.ProducerQueueIsFull
+
+
 SendCallback = Callable[[bool, str], None]
 Listener = Callable[["ConsumerHandle", ReceivedMessage], None]
 
@@ -100,15 +104,15 @@ class ProducerHandle:
 
         `deliver_after_ms` > 0 uses Pulsar's delayed delivery: the broker hands the message
         to the (Shared) subscriptions' consumers only after that long."""
-        full = threading.Event()
+        full: list[bool] = []  # not an Event: this runs for every message
 
         def callback(result: Any, _message_id: Any) -> None:
             with self._lock:
                 self._in_flight -= 1
-            if result == pulsar.Result.ProducerQueueIsFull:
-                full.set()  # reported synchronously by send_async: the caller retries
+            if result == _QUEUE_FULL:
+                full.append(True)  # reported synchronously by send_async: the caller retries
                 return
-            ok = result == pulsar.Result.Ok
+            ok = result == _OK
             done(ok, "" if ok else str(result))
 
         delay: dict[str, Any] = {}
@@ -126,7 +130,7 @@ class ProducerHandle:
             with self._lock:
                 self._in_flight -= 1
             done(False, str(e))
-        return not full.is_set()
+        return not full
 
     def flush(self) -> None:
         """Block until every send so far is written (or failed)."""

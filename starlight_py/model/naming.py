@@ -20,6 +20,7 @@ integration tests create both through the broker).
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 from dataclasses import dataclass
@@ -44,8 +45,12 @@ _ESCAPE_TOKEN = re.compile(r"~([0-9A-F]{2})|[A-Za-z0-9_.-]+")
 _BINDING_SET_ID = re.compile(r"[0-9a-f]{12}")
 # RFC 3986 unreserved characters: never percent-encoded in a URL path.
 _URL_UNRESERVED = _KEPT | frozenset(b"~")
+# Names repeat (every message of a queue carries the same topic): escaping and parsing are
+# cached, bounded so that many distinct routing keys cannot grow memory without end.
+_NAME_CACHE_SIZE = 4096
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def escape(name: str) -> str:
     """The Pulsar-safe form of an AMQP name.
 
@@ -62,6 +67,7 @@ def escape(name: str) -> str:
     return _PARTITION_DASH.sub("~2D", escaped)
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def unescape(text: str) -> str:
     """The AMQP name that `escape` turned into `text`.
 
@@ -136,6 +142,7 @@ def exchange_topic(
     return TopicName(namespace, escape(exchange))
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def parse_exchange_topic(local: str) -> tuple[str, str | None]:
     """(exchange, routing key) from a topic's local name; the key is None for a topic of a
     whole exchange (fanout, topic, headers). Splits at the first `~~`; `amq.default` is the
@@ -181,6 +188,7 @@ def parse_priority_band_topic(local: str) -> tuple[str, int] | None:
         return None
 
 
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def exchange_and_key_of_topic(local: str) -> tuple[str, str | None]:
     """Like `parse_exchange_topic`, but ("", None) for a topic that is not an exchange's
     (a priority band, a Pulsar-native topic): the message's own properties say then."""

@@ -273,3 +273,16 @@ def test_subscription_names_parse_back(queue: str, binding_set_id: str) -> None:
     name = subscription_name(queue, binding_set_id)
     assert ESCAPED_ALPHABET.fullmatch(name)
     assert parse_subscription_name(name) == (queue, binding_set_id)
+
+
+def test_name_caches_are_bounded_and_a_rejected_name_is_rejected_every_time() -> None:
+    # escape/unescape are cached because every message carries the same names; many
+    # distinct routing keys must not grow the caches without end.
+    for cached in (escape, unescape, parse_exchange_topic):
+        assert cached.cache_info().maxsize is not None
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            unescape("a b")
+    many = [escape(f"key-{i}") for i in range(10_000)]
+    assert many[-1] == "key-9999"
+    assert escape.cache_info().currsize <= escape.cache_info().maxsize
