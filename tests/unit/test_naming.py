@@ -285,4 +285,5 @@ def test_name_caches_are_bounded_and_a_rejected_name_is_rejected_every_time() ->
             unescape("a b")
     many = [escape(f"key-{i}") for i in range(10_000)]
     assert many[-1] == "key-9999"
-    assert escape.cache_info().currsize <= escape.cache_info().maxsize
+    maxsize = escape.cache_info().maxsize
+    assert maxsize is not None and escape.cache_info().currsize <= maxsize
