@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from starlight_py.bench import report
+from starlight_py.bench.churn import Churn
 from starlight_py.bench.infra import (
     BenchError,
     GroupProcess,
@@ -238,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument("--soak-rate", type=float, default=100.0, help="msg/s (default: 100)")
     soak.add_argument("--soak-size", type=_size, default=1024, help="body size (default: 1KiB)")
     soak.add_argument("--soak-mode", choices=MODES, default="each", help="default: each")
+    soak.add_argument(
+        "--soak-churn",
+        type=float,
+        default=0.0,
+        metavar="PER_SECOND",
+        help="also open and close this many short-lived connections per second during the "
+        "soak (each: a channel, a publish with confirm, a basic.get and ack; every tenth an "
+        "exclusive queue), counting any message that does not come back (default: 0, off)",
+    )
     return parser
 
 
@@ -247,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.soak is not None and args.soak <= 0:
         print("--soak needs a positive number of seconds", file=sys.stderr)
+        return 2
+    if args.soak_churn < 0 or (args.soak_churn and args.soak is None):
+        print("--soak-churn needs --soak and a rate of 0 or more", file=sys.stderr)
         return 2
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -496,7 +509,14 @@ def _soak(
             kib = sampler.samples[-1][1] if sampler.samples else 0
             say(f"soak t={elapsed:5.0f} s  proxy RSS {kib / 1024:7.1f} MiB  consumed {consumed}")
 
-    result = run_case(case, target, soak_settings, 1, tick)
+    churn = Churn(target.url, args.soak_churn) if args.soak_churn > 0 else None
+    if churn is not None:
+        say(f"soak: plus {args.soak_churn:g} short-lived connections per second ({churn.queue})")
+        churn.start()
+    try:
+        result = run_case(case, target, soak_settings, 1, tick)
+    finally:
+        churned = churn.stop() if churn is not None else None
     go = marks["go"] or time.monotonic()
     run = [(t - go, kib) for t, kib in sampler.samples if t >= go]
     half = [(t, kib) for t, kib in run if t >= seconds / 2]
@@ -515,6 +535,7 @@ def _soak(
         "slope_kib_per_min": whole_slope,
         "slope_second_half_kib_per_min": half_slope,
         "samples": run,
+        "churn": churned.to_json() if churned is not None else None,
     }
     say(
         f"soak done: {result.status}, {result.received}/{result.sent} consumed, "
@@ -525,6 +546,13 @@ def _soak(
         f"end {values[-1] / 1024:.1f} MiB; slope {_fmt_slope(whole_slope)} over the whole "
         f"run, {_fmt_slope(half_slope)} over the second half"
     )
+    if churned is not None:
+        say(
+            f"soak churn: {churned.cycles} connections in {churned.seconds:.0f} s "
+            f"({churned.exclusive_queues} with an exclusive queue), {churned.lost} messages "
+            f"lost, {churned.failures} failed cycles"
+            + (f" (last: {churned.last_failure})" if churned.failures else "")
+        )
     return summary
 
 
