@@ -69,13 +69,17 @@ def policy_of(queue: Queue | None) -> MessagePolicy:
     if cached is not None and cached[0] is queue:
         return cached[1]
     policy = MessagePolicy.of(queue.arguments)
-    if len(_POLICIES) > 10_000:
+    if len(_POLICIES) >= _MAX_POLICIES:
         _POLICIES.clear()
     _POLICIES[id(queue)] = (queue, policy)
     return policy
 
 
 # By id() of a Queue record (kept alive by the entry, so the id is not reused meanwhile).
+# Consumers deliver with the metadata cache's long-lived records; each basic.get reads a fresh
+# record from ZooKeeper, so entries come and go with gets: a small bound keeps what they hold
+# (each entry keeps its record alive) at a few hundred KiB.
+_MAX_POLICIES = 512
 _POLICIES: dict[int, tuple[Queue, MessagePolicy]] = {}
 
 

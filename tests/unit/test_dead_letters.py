@@ -12,6 +12,7 @@ import datetime
 import pytest
 from pamqp import commands
 
+from starlight_py.gateway import dead_lettering
 from starlight_py.model.dead_letters import (
     DELIVERY_LIMIT,
     EXPIRED,
@@ -27,6 +28,7 @@ from starlight_py.model.dead_letters import (
     is_automatic_cycle,
     message_expiration_ms,
 )
+from starlight_py.model.topology import Queue
 
 T1 = datetime.datetime(2026, 11, 22, 8, 0, 0, tzinfo=datetime.UTC)
 T2 = datetime.datetime(2026, 11, 22, 9, 0, 0, tzinfo=datetime.UTC)
@@ -251,3 +253,11 @@ def test_a_rejection_in_the_cycle_makes_it_no_cycle() -> None:
     assert not is_automatic_cycle(None, "q", EXPIRED)
     # Rejecting is never a cycle: the consumer decides.
     assert not is_automatic_cycle(dead_lettered_headers(None, death(), None), "q", REJECTED)
+
+
+def test_policy_cache_keeps_a_bounded_number_of_queue_records() -> None:
+    # Every basic.get reads a fresh Queue record; the cache must not keep them all.
+    for i in range(3 * dead_lettering._MAX_POLICIES):
+        queue = Queue("q", arguments={"x-message-ttl": i})
+        assert dead_lettering.policy_of(queue).message_ttl_ms == i
+        assert len(dead_lettering._POLICIES) <= dead_lettering._MAX_POLICIES
