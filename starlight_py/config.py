@@ -219,6 +219,16 @@ class StarlightConfig:
             "with connection.blocked until Pulsar catches up.",
         ),
     )
+    producer_idle_timeout: float = field(
+        default=60 * SECONDS,
+        metadata=_key(
+            "pulsarProducerIdleTimeoutMillis",
+            "A Pulsar producer nothing was published through for this long is closed (it is "
+            "made again by the next publish to its topic): RPC reply queues and other "
+            "short-lived queues would otherwise keep one producer each for good.",
+            "ms",
+        ),
+    )
     handshake_timeout: float = field(
         default=10 * SECONDS,
         metadata=_key(
@@ -489,6 +499,8 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("amqpMaxMessageSize", "must be positive")
     if cfg.handshake_timeout <= 0:
         raise ConfigError("amqpHandshakeTimeoutMillis", "must be positive")
+    if cfg.producer_idle_timeout <= 0:
+        raise ConfigError("pulsarProducerIdleTimeoutMillis", "must be positive")
     if cfg.max_connections < 0:
         raise ConfigError("amqpMaxConnections", "must not be negative (0: no limit)")
     if cfg.max_connections_per_ip < 0:

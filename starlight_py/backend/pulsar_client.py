@@ -88,6 +88,12 @@ class ProducerHandle:
         self._in_flight = 0
         self._lock = threading.Lock()
 
+    @property
+    def idle(self) -> bool:
+        """No send is waiting for its receipt."""
+        with self._lock:
+            return self._in_flight == 0
+
     def has_room(self) -> bool:
         with self._lock:
             return self._in_flight < self._capacity

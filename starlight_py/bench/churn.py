@@ -2,11 +2,12 @@
 producer and consumer, to show whether what a connection leaves behind is bounded.
 
 Each cycle opens a connection and a channel with confirms, publishes one message to a queue
-of its own run (`bench.churn.<pid>`), takes it back with basic.get, acks it and closes;
-every tenth cycle also declares an exclusive server-named queue, which the proxy deletes
-when the connection closes. Every published body is remembered until a get returns it; at
-the end the queue is drained, and what never came back is counted as lost (exactly: only
-the churn uses that queue).
+of its own run (`bench.churn.<random>`), takes it back with basic.get, acks it and closes.
+Every tenth cycle also declares an exclusive server-named queue and sends one message
+through it, as an RPC reply queue (the proxy deletes the queue when the connection closes).
+Every body published to the run's queue is remembered until a get returns it; at the end
+the queue is drained, and what never came back is counted as lost (exact: only the churn
+uses that queue). A reply not taken back before its connection closes is lost too.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class Churn:
         except Exception as e:
             self.counts.failures += 1
             self.counts.last_failure = f"final drain: {type(e).__name__}: {e}"
-        self.counts.lost = len(self._outstanding)
+        self.counts.lost += len(self._outstanding)
         return self.counts
 
     def _run(self) -> None:
@@ -91,26 +92,32 @@ class Churn:
             channel.confirm_delivery()
             channel.queue_declare(self.queue, durable=True)
             if self.counts.cycles % EXCLUSIVE_EVERY == 0:
-                channel.queue_declare("", exclusive=True)
+                reply_queue = channel.queue_declare("", exclusive=True).method.queue
                 self.counts.exclusive_queues += 1
+                reply = uuid.uuid4().bytes
+                channel.basic_publish("", reply_queue, reply)
+                if not self._took_back(channel, reply_queue, reply):
+                    self.counts.lost += 1  # the queue dies with the connection: lost for good
             body = uuid.uuid4().bytes
             self._outstanding.add(body)
             channel.basic_publish("", self.queue, body, pika.BasicProperties(delivery_mode=2))
-            self._take_back(channel, body)
+            self._took_back(channel, self.queue, body)
             self.counts.cycles += 1
         finally:
             if connection.is_open:
                 connection.close()
 
-    def _take_back(self, channel: Any, body: bytes) -> None:
-        """basic.get until `body` comes back (earlier cycles' stragglers are taken too)."""
+    def _took_back(self, channel: Any, queue: str, body: bytes) -> bool:
+        """basic.get from `queue` until `body` comes back (earlier cycles' stragglers are
+        taken too); False when it did not within GET_ATTEMPTS tries."""
         for _ in range(GET_ATTEMPTS):
-            if self._get(channel) == body:
-                return
+            if self._get(channel, queue) == body:
+                return True
             time.sleep(GET_RETRY)
+        return False
 
-    def _get(self, channel: Any) -> bytes | None:
-        method, _properties, got = channel.basic_get(self.queue, auto_ack=False)
+    def _get(self, channel: Any, queue: str) -> bytes | None:
+        method, _properties, got = channel.basic_get(queue, auto_ack=False)
         if method is None:
             return None
         channel.basic_ack(method.delivery_tag)
@@ -125,7 +132,7 @@ class Churn:
             channel = connection.channel()
             empty_in_a_row = 0
             while self._outstanding and empty_in_a_row < GET_ATTEMPTS:
-                if self._get(channel) is None:
+                if self._get(channel, self.queue) is None:
                     empty_in_a_row += 1
                     time.sleep(GET_RETRY)
                 else:

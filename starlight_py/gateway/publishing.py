@@ -53,25 +53,61 @@ QUEUE_FULL_BACKOFF = 0.002
 
 
 class ProducerPool:
-    """One producer per topic for the whole proxy process."""
+    """One producer per topic for the whole proxy process; a producer unused for
+    `idle_timeout` seconds is closed by `close_idle` (short-lived queues, such as RPC reply
+    queues, would otherwise keep one producer each for good)."""
 
-    def __init__(self, backend: PulsarBackend) -> None:
+    def __init__(self, backend: PulsarBackend, idle_timeout: float = 60.0) -> None:
         self.backend = backend
+        self.idle_timeout = idle_timeout
         self._producers: dict[str, ProducerHandle] = {}
+        self._last_used: dict[str, float] = {}
         self._locks: dict[str, trio.Lock] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
 
     async def get(self, topic: naming.TopicName) -> ProducerHandle:
         key = str(topic)
         producer = self._producers.get(key)
         if producer is not None:
+            self._last_used[key] = trio.current_time()
             return producer
         lock = self._locks.setdefault(key, trio.Lock())
-        async with lock:
-            producer = self._producers.get(key)
-            if producer is None:
-                producer = await trio.to_thread.run_sync(self.backend.create_producer, topic)
-                self._producers[key] = producer
+        try:
+            async with lock:
+                producer = self._producers.get(key)
+                if producer is None:
+                    producer = await trio.to_thread.run_sync(self.backend.create_producer, topic)
+                    self._producers[key] = producer
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._locks.pop(key, None)
+        self._last_used[key] = trio.current_time()
         return producer
+
+    def take_idle(self) -> list[ProducerHandle]:
+        """Trio thread: forget the producers unused for `idle_timeout` with no send in
+        flight, and return them for closing. A publish that comes later makes a new one."""
+        cutoff = trio.current_time() - self.idle_timeout
+        taken = []
+        for key, used in list(self._last_used.items()):
+            producer = self._producers.get(key)
+            if used < cutoff and producer is not None and producer.idle:
+                del self._producers[key]
+                del self._last_used[key]
+                taken.append(producer)
+        return taken
+
+    async def close_idle_forever(self) -> None:
+        """Every tenth of `idle_timeout` (at most 10 s), close the idle producers."""
+        while True:
+            await trio.sleep(min(10.0, self.idle_timeout / 10))
+            idle = self.take_idle()
+            if idle:
+                log.debug("closing %d idle Pulsar producers", len(idle))
+                for producer in idle:
+                    await trio.to_thread.run_sync(producer.close)
 
     def flush_all(self) -> None:
         """Blocking: wait until every publish handed to Pulsar so far is written. An unbind
@@ -84,6 +120,7 @@ class ProducerPool:
         for producer in self._producers.values():
             producer.close()
         self._producers.clear()
+        self._last_used.clear()
 
 
 def message_copies(

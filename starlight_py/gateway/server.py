@@ -194,7 +194,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         if config.cleaner_enabled
         else None
     )
-    producers = ProducerPool(backend)
+    producers = ProducerPool(backend, config.producer_idle_timeout)
     permissions = PermissionCache(zookeeper, paths) if config.authentication_enabled else None
     return ProxyServices(
         config,
@@ -333,7 +333,7 @@ def live_counts(services: ProxyServices) -> LiveCounts:
         if c.messages is not None
         for state in list(c.messages.consumers.channels.values())
     )
-    return LiveCounts(len(connections), channels, consumers)
+    return LiveCounts(len(connections), channels, consumers, len(services.producers))
 
 
 def readiness_problems(services: ProxyServices) -> list[str]:
@@ -465,6 +465,7 @@ async def _serve(
             )
         task_status.started(urls)
         assert services.ephemerals is not None
+        nursery.start_soon(services.producers.close_idle_forever)
         nursery.start_soon(
             cluster_duties,
             services.zookeeper,

@@ -22,6 +22,7 @@ class LiveCounts:
     connections: int
     channels: int
     consumers: int
+    producers: int = 0  # Pulsar producers open (one per topic published to lately)
 
 
 class _LiveState(Collector):
@@ -43,6 +44,12 @@ class _LiveState(Collector):
         yield GaugeMetricFamily("starlight_channels", "Open AMQP channels.", value=counts.channels)
         yield GaugeMetricFamily(
             "starlight_consumers", "AMQP consumers (basic.consume).", value=counts.consumers
+        )
+        yield GaugeMetricFamily(
+            "starlight_pulsar_producers",
+            "Pulsar producers open: one per topic published to within "
+            "pulsarProducerIdleTimeoutMillis.",
+            value=counts.producers,
         )
         last = self._cache_last_change()
         yield GaugeMetricFamily(

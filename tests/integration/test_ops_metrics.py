@@ -134,3 +134,46 @@ def test_readyz_follows_zookeeper(
         time.sleep(0.2)
     assert status() == (200, {"ready": True, "problems": []})
     assert fetch(f"http://127.0.0.1:{port}/healthz")[0] == 200
+
+
+def test_idle_producers_are_closed_and_a_later_publish_makes_a_new_one(
+    start_proxy: ProxyFactory,
+) -> None:
+    # RPC: every client's reply queue is a new topic; without closing idle producers the
+    # proxy would keep one producer per reply queue ever answered.
+    port = free_port()
+    proxy = start_proxy(
+        metricsListener=f"http://127.0.0.1:{port}", pulsarProducerIdleTimeoutMillis="1500"
+    )
+    metrics = f"http://127.0.0.1:{port}/metrics"
+    wait_ready(f"http://127.0.0.1:{port}/readyz")
+
+    def producers() -> float:
+        return sample(fetch(metrics)[1], "starlight_pulsar_producers")
+
+    def wait_for_producers(wanted: float) -> None:
+        deadline = time.monotonic() + 20
+        while producers() != wanted:
+            assert time.monotonic() < deadline, f"{producers()} producers, not {wanted}"
+            time.sleep(0.1)
+
+    received: list[bytes] = []
+    with pika.BlockingConnection(pika.URLParameters(proxy.amqp_url())) as conn:
+        channel = conn.channel()
+        channel.confirm_delivery()
+        replies = [channel.queue_declare("", exclusive=True).method.queue for _ in range(3)]
+        for number, reply_queue in enumerate(replies):
+            channel.basic_publish("", reply_queue, f"reply {number}".encode())
+        assert producers() == 3
+        wait_for_producers(0)
+        # The topic is published to again after its producer was closed: a new one.
+        channel.basic_publish("", replies[0], b"reply again")
+        assert producers() == 1
+        deadline = time.monotonic() + 20
+        while len(received) < 4 and time.monotonic() < deadline:
+            for reply_queue in replies:
+                method, _, body = channel.basic_get(reply_queue, auto_ack=True)
+                if method is not None:
+                    received.append(body)
+        wait_for_producers(0)
+    assert sorted(received) == [b"reply 0", b"reply 1", b"reply 2", b"reply again"]
