@@ -54,7 +54,7 @@ QUEUE_FULL_BACKOFF = 0.002
 
 class ProducerPool:
     """One producer per topic for the whole proxy process; a producer unused for
-    `idle_timeout` seconds is closed by `close_idle` (short-lived queues, such as RPC reply
+    `idle_timeout` seconds is closed by `close_idle_forever` (short-lived queues, such as RPC reply
     queues, would otherwise keep one producer each for good)."""
 
     def __init__(self, backend: PulsarBackend, idle_timeout: float = 60.0) -> None:
