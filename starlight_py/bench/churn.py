@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 EXCLUSIVE_EVERY = 10
@@ -33,14 +33,11 @@ class ChurnCounts:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "cycles": self.cycles,
-            "exclusive_queues": self.exclusive_queues,
-            "lost": self.lost,
-            "failures": self.failures,
-            "last_failure": self.last_failure,
-            "seconds": round(self.seconds, 1),
-        }
+        return {**asdict(self), "seconds": round(self.seconds, 1)}
+
+    def failed(self, e: Exception, during: str = "") -> None:
+        self.failures += 1
+        self.last_failure = f"{during}{type(e).__name__}: {e}"
 
 
 class Churn:
@@ -64,8 +61,7 @@ class Churn:
         try:
             self._drain_and_delete()
         except Exception as e:
-            self.counts.failures += 1
-            self.counts.last_failure = f"final drain: {type(e).__name__}: {e}"
+            self.counts.failed(e, "final drain: ")
         self.counts.lost += len(self._outstanding)
         return self.counts
 
@@ -77,8 +73,7 @@ class Churn:
             try:
                 self._cycle()
             except Exception as e:  # a failed cycle is counted; the soak goes on
-                self.counts.failures += 1
-                self.counts.last_failure = f"{type(e).__name__}: {e}"
+                self.counts.failed(e)
             next_at += period
             self._stopping.wait(max(0.0, next_at - time.monotonic()))
         self.counts.seconds = time.monotonic() - began

@@ -245,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="PER_SECOND",
         help="also open and close this many short-lived connections per second during the "
-        "soak (each: a channel, a publish with confirm, a basic.get and ack; every tenth an "
-        "exclusive queue), counting any message that does not come back (default: 0, off)",
+        "soak (each: a publish with confirm, a basic.get and ack; every tenth also a reply "
+        "through an exclusive queue), counting messages that do not come back (default: 0)",
     )
     return parser
 
