@@ -388,7 +388,11 @@ class ClientConnection:
     # ---- writing ----------------------------------------------------------------------------
 
     def _kick(self) -> None:
-        self._wakeup.set()
+        # Most kicks come with nothing to write (an ack read, a confirm batch on another
+        # channel's behalf): waking the writer for those cost a task switch each, several
+        # per message (docs/performance.md, "Fewer wake-ups").
+        if self.conn.pending_output or self.conn.closed:
+            self._wakeup.set()
 
     async def _write_loop(self, scope: trio.CancelScope) -> None:
         while True:
