@@ -146,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="pipelined mode: confirms awaited per batch of this many (default: 100)",
     )
     parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="each producer publishes at most this many msg/s (0 = as fast as confirms "
+        "allow, the default). At a fixed rate the proxy's CPU per message compares two "
+        "builds more steadily than throughput does (docs/performance.md)",
+    )
+    parser.add_argument(
         "--prefetch",
         type=int,
         default=200,
@@ -257,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.soak is not None and args.soak <= 0:
         print("--soak needs a positive number of seconds", file=sys.stderr)
+        return 2
+    if args.rate < 0:
+        print("--rate needs 0 or more msg/s", file=sys.stderr)
         return 2
     if args.soak_churn < 0 or (args.soak_churn and args.soak is None):
         print("--soak-churn needs --soak and a rate of 0 or more", file=sys.stderr)
@@ -390,6 +401,7 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
         timeout=args.timeout,
         run_id=f"{os.getpid()}-{int(time.time())}",
         work_dir=work_dir,
+        rate=args.rate,
         pulsar_logger=args.direct_logger,
         pulsar_batching=args.direct_batching == "on",
     )
