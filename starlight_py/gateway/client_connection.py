@@ -388,9 +388,9 @@ class ClientConnection:
     # ---- writing ----------------------------------------------------------------------------
 
     def _kick(self) -> None:
-        # Most kicks come with nothing to write (an ack read, a confirm batch on another
-        # channel's behalf): waking the writer for those cost a task switch each, several
-        # per message (docs/performance.md, "Fewer wake-ups").
+        # Many kicks come with nothing to write (after reading an ack, for one): waking the
+        # writer for those cost a task switch each, several per message (docs/performance.md,
+        # "A full run on the AMD VM, fewer wake-ups ...").
         if self.conn.pending_output or self.conn.closed:
             self._wakeup.set()
 
