@@ -41,6 +41,7 @@ from starlight_py.amqp.errors import (
     ResourceError,
     UnexpectedFrame,
 )
+from starlight_py.amqp.hot_frames import Publish
 
 FRAME_MIN_SIZE = 4096
 CHANNEL_MIN = 1
@@ -99,7 +100,7 @@ class ChannelState(Enum):
 
 @dataclass
 class _PartialContent:
-    method: PamqpMethod
+    method: Publish
     properties: commands.Basic.Properties | None = None
     raw_properties: bytes = b""
     body_size: int = 0
@@ -270,7 +271,7 @@ class AMQPConnection:
         elif name == "Connection.CloseOk":
             self.state = ConnectionState.CLOSED
 
-    def _handle_connection_method(self, method: PamqpMethod, events: list[ev.Event]) -> None:
+    def _handle_connection_method(self, method: framing.Method, events: list[ev.Event]) -> None:
         name = method.name
         if name == "Connection.Close" and self.state is not ConnectionState.AWAITING_HEADER:
             assert isinstance(method, commands.Connection.Close)
@@ -343,7 +344,7 @@ class AMQPConnection:
         elif isinstance(frame, framing.BodyFrame):
             self._content_body(number, channel, frame, events)
 
-    def _open_channel(self, number: int, method: PamqpMethod, events: list[ev.Event]) -> None:
+    def _open_channel(self, number: int, method: framing.Method, events: list[ev.Event]) -> None:
         if number > self.channel_max:
             raise NotAllowed(
                 f"channel number {number} is above the negotiated channel_max ({self.channel_max})",
@@ -366,7 +367,7 @@ class AMQPConnection:
         events.append(ev.ChannelClosed(number))
 
     def _channel_method(
-        self, number: int, channel: _Channel, method: PamqpMethod, events: list[ev.Event]
+        self, number: int, channel: _Channel, method: framing.Method, events: list[ev.Event]
     ) -> None:
         if channel.content is not None:
             raise UnexpectedFrame(
@@ -392,7 +393,7 @@ class AMQPConnection:
             raise CommandInvalid(
                 f"'{name}' is only allowed on channel 0", framing.method_ids(method)
             )
-        elif name == "Basic.Publish":
+        elif type(method) is Publish:
             channel.content = _PartialContent(method)
         else:
             events.append(ev.MethodReceived(number, method))
@@ -505,6 +506,14 @@ class AMQPConnection:
                 framing.encode_content_raw(channel, method, raw_properties, body, self.frame_max)
             )
 
+    def write_channel(self, channel: int, data: bytes) -> None:
+        """Queue frames already encoded for an open channel (the message core's output);
+        dropped once the channel is no longer open."""
+        ch = self._channels.get(channel)
+        if ch is not None and ch.state is ChannelState.OPEN:
+            self._out.append(data)
+            self.pending_output += len(data)
+
     def send_heartbeat(self) -> None:
         if self.state not in (ConnectionState.CLOSED, ConnectionState.AWAITING_HEADER):
             self._queue(framing.encode_heartbeat())
@@ -580,7 +589,7 @@ def _ids_of(frame: framing.Frame) -> tuple[int, int]:
     return (0, 0)
 
 
-def _negotiate(name: str, client: int, minimum: int, server: int, method: PamqpMethod) -> int:
+def _negotiate(name: str, client: int, minimum: int, server: int, method: framing.Method) -> int:
     if client != 0 and client < minimum:
         raise NotAllowed(
             f"negotiated {name} = {client} is lower than the minimum allowed value ({minimum})",

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pamqp import commands
-from pamqp.base import Frame as PamqpMethod
 from pamqp.common import FieldTable
 
 from starlight_py.amqp.errors import AMQPError
+from starlight_py.amqp.framing import Method
+from starlight_py.amqp.hot_frames import Publish
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class MethodReceived:
     """A method for the I/O shell to carry out on an open channel (queue.declare, basic.ack...)."""
 
     channel: int
-    method: PamqpMethod
+    method: Method
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class ContentReceived:
     """A complete content-bearing method (basic.publish) with its properties and body."""
 
     channel: int
-    method: PamqpMethod
+    method: Publish
     properties: commands.Basic.Properties
     body: bytes
     raw_properties: bytes = b""  # as the client encoded them (see framing.HeaderFrame)

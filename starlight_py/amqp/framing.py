@@ -16,6 +16,7 @@ from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
 
+from starlight_py.amqp import hot_frames
 from starlight_py.amqp.errors import AMQPError, CommandInvalid, FrameError, UnexpectedFrame
 
 PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
@@ -35,10 +36,13 @@ MAX_FIELD_NESTING: Final = 64
 _HEARTBEAT_BYTES: Final = _HEADER.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
 
 
+Method = PamqpMethod | hot_frames.HotMethod
+
+
 @dataclass(frozen=True, slots=True)
 class MethodFrame:
     channel: int
-    method: PamqpMethod
+    method: Method
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +139,17 @@ def _decode(frame_type: int, channel: int, payload: bytes) -> Frame:
     return _decode_header(channel, payload)
 
 
-def _decode_method(payload: bytes) -> PamqpMethod:
+_INDEX = struct.Struct(">I")
+_HOT_DECODERS = hot_frames.DECODERS
+
+
+def _decode_method(payload: bytes) -> Method:
     if len(payload) < 4:
         raise FrameError("cannot decode method frame: shorter than a method id")
-    (index,) = struct.unpack_from(">I", payload)
+    (index,) = _INDEX.unpack_from(payload)
+    hot = _HOT_DECODERS.get(index)
+    if hot is not None:
+        return hot(payload)
     method_class = commands.INDEX_MAPPING.get(index)
     if method_class is None:
         raise CommandInvalidIndex(index)
@@ -182,7 +193,22 @@ def nesting(value: object) -> int:
     return deepest
 
 
+# The properties of recent content headers, by their bytes: decoding (and checking) them is
+# most of a header's cost, and most publishers send the same ones again and again. The
+# decoded objects are shared, so nothing may change them (nothing does: dead-lettering and
+# the Pulsar codec make new ones). Bounded in entries and in the size of what is kept.
+_PROPERTIES_BY_RAW: dict[bytes, commands.Basic.Properties] = {}
+_CACHE_ENTRIES = 1024
+_CACHED_SIZE = 1024
+
+
 def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
+    if len(payload) >= 14 and payload[0:2] == b"\x00\x3c":
+        raw = payload[12:]
+        known = _PROPERTIES_BY_RAW.get(raw)
+        if known is not None:
+            (body_size,) = _BODY_SIZE.unpack_from(payload, 4)
+            return HeaderFrame(channel, body_size, known, raw)
     content_header = header.ContentHeader()
     try:
         content_header.unmarshal(payload)
@@ -197,7 +223,15 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
         raise FrameError(
             f"cannot decode content header: headers nested deeper than {MAX_FIELD_NESTING} levels"
         )
-    return HeaderFrame(channel, content_header.body_size, content_header.properties, payload[12:])
+    raw = payload[12:]
+    if len(raw) <= _CACHED_SIZE:
+        if len(_PROPERTIES_BY_RAW) >= _CACHE_ENTRIES:
+            _PROPERTIES_BY_RAW.clear()
+        _PROPERTIES_BY_RAW[raw] = content_header.properties
+    return HeaderFrame(channel, content_header.body_size, content_header.properties, raw)
+
+
+_BODY_SIZE = struct.Struct(">Q")
 
 
 class CommandInvalidIndex(CommandInvalid):
@@ -207,7 +241,7 @@ class CommandInvalidIndex(CommandInvalid):
         super().__init__(f"unknown method {index >> 16}.{index & 0xFFFF}")
 
 
-def method_ids(method: PamqpMethod) -> tuple[int, int]:
+def method_ids(method: Method) -> tuple[int, int]:
     """(class_id, method_id) of a method, as channel.close / connection.close report them."""
     index: int = method.index
     return index >> 16, index & 0xFFFF

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pamqp import commands
 
 from starlight_py.amqp.errors import PreconditionFailed
+from starlight_py.amqp.hot_frames import Publish
 
 # Each buffered publish also costs its frame objects: charged to the limit as this much.
 PUBLISH_OVERHEAD = 256
@@ -39,7 +40,7 @@ CONFIRM_SELECT = (85, 10)
 
 @dataclass(frozen=True)
 class BufferedPublish:
-    method: commands.Basic.Publish
+    method: Publish
     properties: commands.Basic.Properties
     body: bytes
     raw_properties: bytes

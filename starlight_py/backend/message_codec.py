@@ -79,6 +79,15 @@ def _text(value: Any) -> str:
     return repr(value)
 
 
+# Most applications send the same property bytes again and again (PerfTest, Celery's
+# headers of one task type...): what is derived from them is kept, by those bytes, for a
+# while. Bounded in entries and in the size of what is kept.
+_CACHE_ENTRIES = 1024
+_CACHED_SIZE = 1024
+_READABLE_BY_RAW: dict[bytes, dict[str, str]] = {}
+_DECODED_BY_ENCODED: dict[str, tuple[bytes, commands.Basic.Properties]] = {}
+
+
 def encode_properties(
     exchange: str,
     routing_key: str,
@@ -90,11 +99,21 @@ def encode_properties(
     properties are encoded here."""
     if raw_properties is None:
         raw_properties = header.ContentHeader(0, 0, properties).marshal()[12:]
-    result = {
-        EXCHANGE_KEY: exchange,
-        ROUTING_KEY_KEY: routing_key,
-        PROPERTIES_KEY: base64.b64encode(raw_properties).decode("ascii"),
-    }
+    readable = _READABLE_BY_RAW.get(raw_properties)
+    if readable is None:
+        readable = _readable(properties, raw_properties)
+        if len(raw_properties) <= _CACHED_SIZE:
+            if len(_READABLE_BY_RAW) >= _CACHE_ENTRIES:
+                _READABLE_BY_RAW.clear()
+            _READABLE_BY_RAW[raw_properties] = readable
+    result = readable.copy()
+    result[EXCHANGE_KEY] = exchange
+    result[ROUTING_KEY_KEY] = routing_key
+    return result
+
+
+def _readable(properties: commands.Basic.Properties, raw_properties: bytes) -> dict[str, str]:
+    result = {PROPERTIES_KEY: base64.b64encode(raw_properties).decode("ascii")}
     for name in _READABLE:
         value = getattr(properties, name, None)
         if value is not None:
@@ -115,13 +134,21 @@ def decode(
     routing_key = pulsar_properties.get(ROUTING_KEY_KEY, default_routing_key)
     encoded = pulsar_properties.get(PROPERTIES_KEY)
     if encoded is not None:
+        known = _DECODED_BY_ENCODED.get(encoded)
+        if known is not None:
+            return DecodedMessage(exchange, routing_key, known[0], body, known[1])
         try:
             raw = base64.b64decode(encoded, validate=True)
             # Decoding also validates: a corrupt value falls back to the readable form.
             properties = decode_raw_properties(raw)
-            return DecodedMessage(exchange, routing_key, raw, body, properties)
         except (ValueError, AMQPError):
             pass
+        else:
+            if len(encoded) <= _CACHED_SIZE:
+                if len(_DECODED_BY_ENCODED) >= _CACHE_ENTRIES:
+                    _DECODED_BY_ENCODED.clear()
+                _DECODED_BY_ENCODED[encoded] = (raw, properties)
+            return DecodedMessage(exchange, routing_key, raw, body, properties)
     headers: dict[str, Any] = {
         (k[len(HEADER_PREFIX) :] if k.startswith(HEADER_PREFIX) else k): v
         for k, v in pulsar_properties.items()

@@ -8,13 +8,17 @@ pulsar-client's threads and must only hand their data to the trio bridge.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import _pulsar
 import pulsar
 
 from starlight_py.backend.broker_auth import BrokerAuthError, BrokerClientSettings
@@ -29,22 +33,46 @@ from starlight_py.model.positions import MessageIdRecord
 
 log = logging.getLogger("starlight.pulsar")
 
+_OK = pulsar.Result.Ok
+
 
 class BackendError(Exception):
     """Pulsar refused an operation (producer or consumer creation, a send)."""
 
 
-@dataclass(frozen=True, slots=True)
 class ReceivedMessage:
-    """What the gateway needs of a Pulsar message (taken on the listener thread)."""
+    """What the gateway needs of a Pulsar message, taken on the thread that read it; the
+    rest (position, publish time) is read from the pulsar-client message when asked for."""
 
-    raw: Any  # the pulsar.Message, kept for acknowledge / negative_acknowledge
-    body: bytes
-    properties: dict[str, str]
-    position: MessageIdRecord
-    redelivery_count: int
-    topic_local: str
-    publish_time_ms: int = 0  # the broker's publish timestamp (epoch ms), for message TTLs
+    __slots__ = ("_position", "body", "handle", "properties", "raw", "redelivery_count")
+
+    def __init__(self, raw: Any, handle: ConsumerHandle) -> None:
+        self.raw = raw  # the _pulsar.Message, kept for acknowledge / negative_acknowledge
+        self.handle = handle  # the consumer that read it (acknowledges it)
+        self.body: bytes = raw.data()
+        self.properties: dict[str, str] = raw.properties()
+        self.redelivery_count: int = raw.redelivery_count()
+        self._position: MessageIdRecord | None = None
+
+    @property
+    def position(self) -> MessageIdRecord:
+        position = self._position
+        if position is None:
+            position = self._position = _position(self.raw.message_id())
+        return position
+
+    @property
+    def topic_local(self) -> str:
+        return self.handle.topic.local
+
+    @property
+    def publish_time_ms(self) -> int:
+        """The broker's publish timestamp (epoch ms), for message TTLs."""
+        value: int = self.raw.publish_timestamp()
+        return value
+
+    def __repr__(self) -> str:
+        return f"ReceivedMessage({self.handle.topic.local}, {self.position})"
 
 
 def _position(message_id: Any) -> MessageIdRecord:
@@ -56,89 +84,123 @@ def _position(message_id: Any) -> MessageIdRecord:
     )
 
 
-def received(message: Any) -> ReceivedMessage:
-    topic = str(message.topic_name())
-    return ReceivedMessage(
-        message,
-        message.data(),
-        message.properties(),
-        _position(message.message_id()),
-        message.redelivery_count(),
-        topic.rsplit("/", 1)[-1],
-        message.publish_timestamp(),
-    )
-
-
-_OK = pulsar.Result.Ok
-_QUEUE_FULL = pulsar.Result.ProducerQueueIsFull
-
-
+Listener = Callable[["ConsumerHandle", list[ReceivedMessage]], None]
 SendCallback = Callable[[bool, str], None]
-Listener = Callable[["ConsumerHandle", ReceivedMessage], None]
+# flush outcome: (untracked sends covered, ok, error)
+FlushCallback = Callable[[int, bool, str], None]
+
+# A message at least this large is sent with a callback of its own: pulsar-client drops a
+# message over the broker's maxMessageSize (5 MiB by default) without telling a flush.
+TRACKED_SIZE = 512 * 1024
+# A reader thread takes at most this many messages per hand-over to trio, and waits at most
+# this long (ms) for more once at least one is there.
+READ_BATCH = 256
+READ_BATCH_WAIT_MS = 1
+_PR_SET_NAME = 15
+
+
+def _name_native_thread(name: bytes) -> None:
+    """Name the calling OS thread (what top -H and /proc/<pid>/task/*/comm show), so the
+    bench and operators can tell the proxy's threads apart."""
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().prctl(_PR_SET_NAME, name[:15], 0, 0, 0)
+
+
+@functools.cache
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 class ProducerHandle:
-    """A producer with its own count of sends in flight: pulsar-client reports a full queue
-    through the send callback, which is too late to hold the publisher back, so the gateway
-    asks `has_room()` before sending and waits while it is False."""
+    """A producer whose sends are confirmed by flushes, not one callback per message.
 
-    def __init__(self, producer: Any, capacity: int) -> None:
+    pulsar-client calls a send callback from its I/O thread with the GIL, once per
+    message; that hand-over cost more than the send itself (docs/performance.md). Sends
+    here carry no callback: `flush(done)` makes pulsar-client write what it batched and
+    calls `done` once, when everything sent before it is stored (or failed). Messages that
+    pulsar-client would refuse without telling a flush (too large, or beyond its queue) are
+    kept out of this path: large ones take `send_tracked`, and the gateway never sends
+    while `has_room()` is False.
+
+    `in_flight` counts sends without an outcome yet; it is read and changed on the trio
+    thread only (the gateway reports outcomes with `flushed` / `tracked_done`).
+    """
+
+    def __init__(self, producer: Any, capacity: int, topic: TopicName | None = None) -> None:
         self._producer = producer
+        self._raw = producer._producer
         self._capacity = capacity
-        self._in_flight = 0
-        self._lock = threading.Lock()
+        self.topic = topic
+        self.in_flight = 0
+        self._unflushed = 0  # untracked sends since the last flush
 
     @property
     def idle(self) -> bool:
-        """No send is waiting for its receipt."""
-        with self._lock:
-            return self._in_flight == 0
+        """No send is waiting for its outcome."""
+        return self.in_flight == 0
 
     def has_room(self) -> bool:
-        with self._lock:
-            return self._in_flight < self._capacity
+        return self.in_flight < self._capacity
 
-    def send_async(
+    def send(self, body: bytes, properties: dict[str, str]) -> None:
+        """Queue a message; its outcome comes with the next `flush`. The caller checked
+        `has_room()` and that the message is smaller than TRACKED_SIZE."""
+        builder = _pulsar.MessageBuilder()
+        builder.content(body)
+        builder.properties(properties)
+        self._raw.send_async(builder.build(), None)
+        self.in_flight += 1
+        self._unflushed += 1
+
+    def send_tracked(
         self,
         body: bytes,
         properties: dict[str, str],
         done: SendCallback,
         deliver_after_ms: int = 0,
-    ) -> bool:
-        """Queue a send; `done(ok, error)` runs on a pulsar thread. False when the producer
-        is full (nothing was sent; wait until `has_room()` and send again).
-
-        `deliver_after_ms` > 0 uses Pulsar's delayed delivery: the broker hands the message
-        to the (Shared) subscriptions' consumers only after that long."""
-        full: list[bool] = []  # not an Event: this runs for every message
+    ) -> None:
+        """Queue a message with a callback of its own (`done(ok, error)` on a pulsar
+        thread); for large messages, delayed ones and dead letters. Report the outcome to
+        `tracked_done` on the trio thread."""
 
         def callback(result: Any, _message_id: Any) -> None:
-            with self._lock:
-                self._in_flight -= 1
-            if result == _QUEUE_FULL:
-                full.append(True)  # reported synchronously by send_async: the caller retries
-                return
             ok = result == _OK
             done(ok, "" if ok else str(result))
 
-        delay: dict[str, Any] = {}
+        builder = _pulsar.MessageBuilder()
+        builder.content(body)
+        builder.properties(properties)
         if deliver_after_ms > 0:
-            delay["deliver_after"] = timedelta(milliseconds=deliver_after_ms)
-        with self._lock:
-            self._in_flight += 1
+            builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
+        self.in_flight += 1
         try:
-            self._producer.send_async(body, callback, properties=properties, **delay)
-        except pulsar.ProducerQueueIsFull:
-            with self._lock:
-                self._in_flight -= 1
-            return False
+            self._raw.send_async(builder.build(), callback)
         except pulsar.PulsarException as e:
-            with self._lock:
-                self._in_flight -= 1
             done(False, str(e))
-        return not full
 
-    def flush(self) -> None:
+    def tracked_done(self) -> None:
+        self.in_flight -= 1
+
+    def flush(self, done: FlushCallback) -> None:
+        """Ask pulsar-client to write what it holds; `done(covered, ok, error)` runs on a
+        pulsar thread (or at once) when every message sent so far is stored, or with the
+        error that failed them; `covered` is how many untracked sends it accounts for:
+        report them to `flushed` on the trio thread."""
+        covered, self._unflushed = self._unflushed, 0
+
+        def callback(result: Any) -> None:
+            ok = result == _OK
+            done(covered, ok, "" if ok else str(result))
+
+        try:
+            self._raw.flush_async(callback)
+        except pulsar.PulsarException as e:
+            done(covered, False, str(e))
+
+    def flushed(self, covered: int) -> None:
+        self.in_flight -= covered
+
+    def flush_blocking(self) -> None:
         """Block until every send so far is written (or failed)."""
         try:
             self._producer.flush()
@@ -153,15 +215,26 @@ class ProducerHandle:
 
 
 class ConsumerHandle:
-    """One Pulsar consumer on one binding subscription."""
+    """One Pulsar consumer on one binding subscription.
+
+    With `start_reading`, a thread of its own takes messages from pulsar-client in batches
+    (`batch_receive`: one GIL hand-over per batch, where a message listener costs one per
+    message) and hands each batch to the gateway; when nothing comes within
+    READ_BATCH_WAIT_MS it blocks in `receive()`, which costs nothing while the queue is
+    idle. `pause()` stops the thread before its next receive: pulsar-client's receiver
+    queue then fills up and the broker stops sending."""
 
     def __init__(self, topic: TopicName, subscription: str) -> None:
         self.topic = topic
         self.subscription = subscription
-        self._consumer: Any = None
+        self._consumer: Any = None  # the _pulsar.Consumer
+        self._wrapper: Any = None  # the pulsar.Consumer that owns it
         self.paused = False
         self._closed = False
         self._close_lock = threading.Lock()
+        self._gate = threading.Event()
+        self._gate.set()
+        self._reader: threading.Thread | None = None
 
     def acknowledge(self, message: ReceivedMessage) -> None:
         try:
@@ -179,21 +252,51 @@ class ConsumerHandle:
     def pause(self) -> None:
         if not self.paused:
             self.paused = True
-            self._consumer.pause_message_listener()
+            self._gate.clear()
 
     def resume(self) -> None:
         if self.paused:
             self.paused = False
-            self._consumer.resume_message_listener()
+            self._gate.set()
+
+    def start_reading(self, listener: Listener) -> None:
+        """Hand every message to `listener(handle, batch)` from a thread of this handle."""
+        self._reader = threading.Thread(
+            target=self._read_loop, args=(listener,), name="pulsar-reader", daemon=True
+        )
+        self._reader.start()
+
+    def _read_loop(self, listener: Listener) -> None:
+        _name_native_thread(b"starlight-read")
+        consumer = self._consumer
+        gate = self._gate
+        while True:
+            gate.wait()
+            if self._closed:
+                return
+            try:
+                batch = consumer.batch_receive()
+                if not batch:
+                    batch = [consumer.receive()]  # idle: wait without polling
+            except pulsar.AlreadyClosed:
+                return
+            except pulsar.PulsarException as e:
+                if self._closed:
+                    return
+                log.debug("receiving from %s: %s", self.topic, e)
+                time.sleep(0.1)
+                continue
+            listener(self, [ReceivedMessage(raw, self) for raw in batch])
 
     def receive(self, timeout: float) -> ReceivedMessage | None:
         """Blocking; None when nothing arrived within `timeout` seconds."""
         try:
-            return received(self._consumer.receive(timeout_millis=max(1, int(timeout * 1000))))
+            raw = self._consumer.receive(max(1, int(timeout * 1000)))
         except pulsar.Timeout:
             return None
         except pulsar.PulsarException as e:
             raise BackendError(f"receive from {self.topic}: {e}") from e
+        return ReceivedMessage(raw, self)
 
     def close(self) -> None:
         """Blocking. Unacknowledged messages go back to the subscription at once. Closing
@@ -202,8 +305,9 @@ class ConsumerHandle:
             if self._closed:
                 return
             self._closed = True
+        self._gate.set()  # a paused reader wakes up and sees it is closed
         try:
-            self._consumer.close()
+            self._wrapper.close()
         except pulsar.PulsarException as e:
             log.debug("closing consumer: %s", e)
         except ValueError as e:
@@ -262,9 +366,16 @@ class PulsarBackend:
         producer_max_pending: int = 5000,
         *,
         settings: BrokerClientSettings | None = None,
+        batching: bool = False,
+        batch_max_messages: int = 100,
     ) -> None:
+        """`batching`: producers batch what one flush covers, up to `batch_max_messages`
+        per Pulsar entry, and consumers acknowledge batch messages one by one (the broker
+        needs acknowledgmentAtBatchIndexLevelEnabled=true; docs/operations.md)."""
         self.service_url = service_url
         self.producer_max_pending = producer_max_pending
+        self.batching = batching
+        self.batch_max_messages = batch_max_messages
         security = _client_security(settings) if settings is not None else {}
         self._refusals = RefusalLog()
         self._client = pulsar.Client(
@@ -287,7 +398,13 @@ class PulsarBackend:
         settings = BrokerClientSettings.from_config(config)
         log.info("Pulsar connection: %s", settings.describe())
         try:
-            return cls(settings.service_url, config.producer_max_pending, settings=settings)
+            return cls(
+                settings.service_url,
+                config.producer_max_pending,
+                settings=settings,
+                batching=config.producer_batching,
+                batch_max_messages=config.producer_batch_max_messages,
+            )
         except (pulsar.PulsarException, ValueError) as e:
             raise ConfigError("brokerClientAuthenticationParameters", str(e)) from e
 
@@ -308,9 +425,11 @@ class PulsarBackend:
                 str(topic),
                 block_if_queue_full=False,
                 max_pending_messages=self.producer_max_pending + 1,
-                # No batching: a batch is one Pulsar entry, so a negative ack of one message
-                # would redeliver the whole batch and stats would count entries, not messages.
-                batching_enabled=False,
+                # Batches are cut by the proxy's flushes (one per socket read); the delay is
+                # only a backstop. docs/performance.md says what batching changes.
+                batching_enabled=self.batching,
+                batching_max_messages=self.batch_max_messages,
+                batching_max_publish_delay_ms=1,
                 send_timeout_millis=30000,
             )
         except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:
@@ -318,7 +437,7 @@ class PulsarBackend:
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot create a producer on {topic}: {e}") from e
         # Leave the client's own queue a margin above our limit, so it never reports full.
-        return ProducerHandle(producer, max(1, self.producer_max_pending - 1))
+        return ProducerHandle(producer, max(1, self.producer_max_pending - 1), topic)
 
     def subscribe(
         self,
@@ -332,26 +451,29 @@ class PulsarBackend:
         `listener`, messages are pushed to it (on a pulsar thread); without, use receive().
         Raises BackendUnavailable or BackendError."""
         handle = ConsumerHandle(topic, subscription)
-        kwargs: dict[str, Any] = {}
-        if listener is not None:
-            kwargs["message_listener"] = lambda _consumer, message: listener(
-                handle, received(message)
-            )
+        size = max(1, receiver_queue_size)
         try:
-            handle._consumer = self._client.subscribe(
+            wrapper = self._client.subscribe(
                 str(topic),
                 subscription,
                 consumer_type=pulsar.ConsumerType.Shared,
-                receiver_queue_size=max(1, receiver_queue_size),
+                receiver_queue_size=size,
                 consumer_name=consumer_name,
                 negative_ack_redelivery_delay_ms=100,
                 initial_position=pulsar.InitialPosition.Latest,
-                **kwargs,
+                batch_index_ack_enabled=self.batching,
+                batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(
+                    min(size, READ_BATCH), 0, READ_BATCH_WAIT_MS
+                ),
             )
         except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:
             raise self._unusable(f"cannot consume from {topic}", e) from e
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot consume from {topic}: {e}") from e
+        handle._wrapper = wrapper
+        handle._consumer = wrapper._consumer
+        if listener is not None:
+            handle.start_reading(listener)
         return handle
 
     def drain_subscription(self, topic: TopicName, subscription: str, consumer_name: str) -> int:

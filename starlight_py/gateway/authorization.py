@@ -81,6 +81,17 @@ class AccessControl:
         if not await self._allowed(allows):
             raise AccessRefused(refusal_text(kind, name, self.vhost, self.user), method)
 
+    def allows_now(self, access: Access, kind: ResourceKind, name: str) -> bool:
+        """True when the cache alone allows it (no I/O: the publish fast path); False
+        means `check` must decide."""
+        cache = self.permissions
+        if cache is None:
+            return True
+        if not cache.ready.is_set():
+            return False
+        permission = cache.cached(self.vhost, self.user)
+        return permission is not None and permission.allows(access, kind, name)
+
     async def check_queue(self, access: Access, name: str, method: tuple[int, int]) -> None:
         await self.check(access, ResourceKind.QUEUE, name, method)
 

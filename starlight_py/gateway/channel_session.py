@@ -1,19 +1,26 @@
-"""What the gateway keeps per open channel (confirm mode now; consumers and unacked
-deliveries join it with message flow)."""
+"""What the gateway keeps per open channel: the message core's `Channel`, and the Pulsar side
+of what only the gateway does for it (basic.get's consumers, the last queue declared)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
+
+from starlight_py.backend.pulsar_client import ConsumerHandle
+from starlight_py.core.channel import Channel
 
 
-@dataclass
+@dataclass(eq=False)
 class ChannelSession:
     number: int
-    confirm_mode: bool = False
-    # Publisher-confirm sequence numbers start at 1 once confirm.select is seen.
-    next_publish_seq: int = 1
-    # basic.qos: RabbitMQ semantics, global=false -> each new consumer, global=true -> channel.
-    consumer_prefetch: int = 0
-    channel_prefetch: int = 0
+    core: Channel
     # AMQP: an empty queue name in later methods means the last queue declared here.
     last_queue: str | None = None
+    # basic.get reads through one Pulsar consumer per binding subscription, kept between
+    # gets (a message it prefetched is the next one returned) and closed once idle.
+    getters: dict[str, ConsumerHandle] = field(default_factory=dict)
+    # Deliveries of each getter not settled yet (by id() of the handle): it stays open
+    # while it holds any, since closing it would requeue them.
+    getter_holds: Counter[int] = field(default_factory=Counter)
+    getter_generation: int = 0
+    getting: bool = False  # a basic.get is using the getters right now

@@ -18,7 +18,8 @@ import dataclasses
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 from pamqp import commands
@@ -35,14 +36,16 @@ from starlight_py.amqp.errors import (
     NotImplementedMethod,
 )
 from starlight_py.amqp.framing import method_ids
+from starlight_py.amqp.transactions import TransactionLimit
 from starlight_py.auth.authenticator import AuthenticationFailed, Principal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
+from starlight_py.core.channel import Channel, Tally, TransactionBudget
 from starlight_py.gateway.authorization import AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.consuming import Consumers
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.errors import as_amqp_error
-from starlight_py.gateway.message_methods import MessageMethods
+from starlight_py.gateway.message_flow import MessageFlow
 from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.queue_lengths import ConnectionLengthChecks
 from starlight_py.gateway.topology_methods import VhostContext
@@ -95,7 +98,11 @@ class ClientConnection:
         self._credential_deadline: float | None = None
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VhostContext | None = None
-        self.messages: MessageMethods | None = None
+        self.messages: MessageFlow | None = None
+        self._tally = Tally()
+        self._budget = TransactionBudget(
+            TransactionLimit.for_message_size(services.server_settings.max_message_size)
+        )
         self._nursery: trio.Nursery | None = None
         self._bindings_changed = trio.Event()
         self._wakeup = trio.Event()
@@ -136,7 +143,8 @@ class ClientConnection:
             if self.messages is not None:
                 messages, self.messages = self.messages, None
                 try:
-                    await messages.close()
+                    await messages.close(list(self.channels.values()))
+                    self.channels.clear()
                 except Exception:
                     self._log.exception("%s: could not close its consumers", self.id)
             if self.vhost is None or not self.vhost.exclusive_queues:
@@ -184,6 +192,8 @@ class ClientConnection:
             self._handling_input = True
             for event in self.conn.receive_data(data):
                 await self._handle(event)
+            if self.messages is not None:
+                self.messages.end_of_batch()
             self._handling_input = False
             self._kick()
 
@@ -214,60 +224,91 @@ class ClientConnection:
             self.conn.fail(error, channel)
 
     async def _dispatch(self, event: ev.Event) -> None:
-        if isinstance(event, ev.LoginRequested):
-            self._login(event)
-        elif isinstance(event, ev.OpenRequested):
-            if self.refusal is not None:
-                raise NotAllowed(self.refusal, (10, 40))
-            user = self.principal.name if self.principal else ""
-            access = AccessControl(self.services.permissions, event.virtual_host, user)
-            # Before open_vhost: a user without access must not create vhosts or namespaces.
-            await access.check_vhost()
-            namespace = await self.services.open_vhost(event.virtual_host)
-            self.vhost = VhostContext(
-                event.virtual_host,
-                namespace,
-                f"{self.services.proxy_id}/{self.id}",
-                user=user,
-                access=access,
-            )
-            self.messages = self._message_methods(self.vhost)
-            self.services.change_listeners.add(self._on_topology_change)
-            self.conn.accept_open()
-            self._log.info(
-                "%s: %s opened vhost %r (Pulsar namespace %s)",
-                self.id,
-                self.principal.name if self.principal else "?",
-                event.virtual_host,
-                namespace,
-            )
-        elif isinstance(event, ev.ChannelOpened):
-            self.channels[event.channel] = ChannelSession(event.channel)
-        elif isinstance(event, ev.MethodReceived):
-            await self._method(event)
-        elif isinstance(event, ev.ContentReceived):
-            session = self.channels.get(event.channel)
-            if session is not None and self.messages is not None:
-                assert isinstance(event.method, commands.Basic.Publish)
-                await self.messages.publish(
-                    session, event.method, event.properties, event.body, event.raw_properties
-                )
-        elif isinstance(event, ev.ChannelCloseRequested):
-            self.channels.pop(event.channel, None)
-            if self.messages is not None:
-                await self.messages.channel_closed(event.channel)
-            self.conn.finish_channel_close(event.channel)
-        elif isinstance(event, ev.ChannelClosed):
-            self.channels.pop(event.channel, None)
-            if self.messages is not None:
-                await self.messages.channel_closed(event.channel)
-        elif isinstance(event, ev.ConnectionCloseRequested):
-            # As RabbitMQ: what dies with the connection is gone before close-ok.
-            self.channels.clear()
-            await self._release()
-            self.conn.finish_connection_close()
-        elif isinstance(event, ev.ErrorRaised):
-            self._on_error(event.channel, event.error)
+        result = self._event_handlers[type(event)](self, event)
+        if result is not None:
+            await result
+
+    def _on_login(self, event: ev.LoginRequested) -> None:
+        self._login(event)
+
+    async def _on_open(self, event: ev.OpenRequested) -> None:
+        if self.refusal is not None:
+            raise NotAllowed(self.refusal, (10, 40))
+        user = self.principal.name if self.principal else ""
+        access = AccessControl(self.services.permissions, event.virtual_host, user)
+        # Before open_vhost: a user without access must not create vhosts or namespaces.
+        await access.check_vhost()
+        namespace = await self.services.open_vhost(event.virtual_host)
+        self.vhost = VhostContext(
+            event.virtual_host,
+            namespace,
+            f"{self.services.proxy_id}/{self.id}",
+            user=user,
+            access=access,
+        )
+        self.messages = self._message_flow(self.vhost)
+        self.services.change_listeners.add(self._on_topology_change)
+        self.conn.accept_open()
+        self._log.info(
+            "%s: %s opened vhost %r (Pulsar namespace %s)",
+            self.id,
+            self.principal.name if self.principal else "?",
+            event.virtual_host,
+            namespace,
+        )
+
+    def _on_channel_opened(self, event: ev.ChannelOpened) -> None:
+        assert self.messages is not None
+        core = Channel(
+            event.channel,
+            self.conn,
+            self.messages.consumers.vet,
+            frame_max=self.conn.frame_max,
+            clock=time.monotonic,
+            tally=self._tally,
+            budget=self._budget,
+        )
+        self.channels[event.channel] = ChannelSession(event.channel, core)
+
+    async def _on_method(self, event: ev.MethodReceived) -> None:
+        await self._method(event)
+
+    async def _on_content(self, event: ev.ContentReceived) -> None:
+        session = self.channels.get(event.channel)
+        if session is not None and self.messages is not None:
+            await self.messages.publish(session, event)
+
+    async def _on_channel_close_requested(self, event: ev.ChannelCloseRequested) -> None:
+        session = self.channels.pop(event.channel, None)
+        if session is not None and self.messages is not None:
+            await self.messages.channel_closed(session)
+        self.conn.finish_channel_close(event.channel)
+
+    async def _on_channel_closed(self, event: ev.ChannelClosed) -> None:
+        session = self.channels.pop(event.channel, None)
+        if session is not None and self.messages is not None:
+            await self.messages.channel_closed(session)
+
+    async def _on_connection_close_requested(self, event: ev.ConnectionCloseRequested) -> None:
+        # As RabbitMQ: what dies with the connection is gone before close-ok.
+        await self._release()
+        self.channels.clear()
+        self.conn.finish_connection_close()
+
+    def _on_error_raised(self, event: ev.ErrorRaised) -> None:
+        self._on_error(event.channel, event.error)
+
+    _event_handlers: dict[type, Callable[[ClientConnection, Any], Awaitable[None] | None]] = {
+        ev.LoginRequested: _on_login,
+        ev.OpenRequested: _on_open,
+        ev.ChannelOpened: _on_channel_opened,
+        ev.MethodReceived: _on_method,
+        ev.ContentReceived: _on_content,
+        ev.ChannelCloseRequested: _on_channel_close_requested,
+        ev.ChannelClosed: _on_channel_closed,
+        ev.ConnectionCloseRequested: _on_connection_close_requested,
+        ev.ErrorRaised: _on_error_raised,
+    }
 
     def _login(self, event: ev.LoginRequested) -> None:
         try:
@@ -314,19 +355,22 @@ class ClientConnection:
 
     async def _method(self, event: ev.MethodReceived) -> None:
         method = event.method
-        name = method.name
         if isinstance(method, commands.Connection.UpdateSecret):
             self._update_secret(method)
             return
         session = self.channels.get(event.channel)
-        if session is not None and self.vhost is not None:
+        if session is not None and self.vhost is not None and self.messages is not None:
+            handler = self.messages.handler(method)
+            if handler is not None:
+                result = handler(self.messages, session, method)
+                if result is not None:
+                    await result
+                return
 
             def reply(answer: PamqpMethod) -> None:
-                self.conn.send_method(event.channel, answer)
+                session.core.write_method(answer)
 
             if await self.services.topology_methods.handle(self.vhost, session, method, reply):
-                return
-            if self.messages is not None and await self.messages.handle(session, method):
                 return
         if isinstance(method, commands.Exchange.Bind | commands.Exchange.Unbind):
             raise NotImplementedMethod(
@@ -334,9 +378,9 @@ class ClientConnection:
                 "get every message once (see docs/compatibility.md)",
                 method_ids(method),
             )
-        raise NotImplementedMethod(f"{name} is not implemented yet", method_ids(method))
+        raise NotImplementedMethod(f"{method.name} is not implemented yet", method_ids(method))
 
-    def _message_methods(self, ctx: VhostContext) -> MessageMethods:
+    def _message_flow(self, ctx: VhostContext) -> MessageFlow:
         services = self.services
         nursery = self._nursery
         assert nursery is not None and services.lengths is not None
@@ -349,7 +393,6 @@ class ClientConnection:
             services.requeued.returns,
         )
         consumers = Consumers(
-            self.conn,
             ctx,
             services.cache,
             services.topology,
@@ -358,8 +401,8 @@ class ClientConnection:
             self._kick,
             nursery.start_soon,
             services.requeued,
-            services.metrics,
             dead_letters,
+            self._notify_cancel,
         )
         publisher = Publisher(
             self.conn,
@@ -379,7 +422,14 @@ class ClientConnection:
                 dead_letters,
             ),
         )
-        return MessageMethods(self.conn, ctx, publisher, consumers)
+        return MessageFlow(ctx, publisher, consumers, dead_letters, services.metrics, self._tally)
+
+    def _notify_cancel(self, session: ChannelSession, tag: str) -> None:
+        """basic.cancel from the server (the consumer's queue was deleted), for clients that
+        understand it (consumer_cancel_notify), as RabbitMQ does."""
+        capabilities = self.conn.client_properties.get("capabilities")
+        if isinstance(capabilities, dict) and capabilities.get("consumer_cancel_notify"):
+            session.core.write_method(commands.Basic.Cancel(tag, nowait=True))
 
     def _on_error(self, channel: int, error: AMQPError) -> None:
         scope = "connection" if error.closes_connection or channel == 0 else f"channel {channel}"
@@ -409,7 +459,8 @@ class ClientConnection:
                     return
                 self._last_sent = trio.current_time()
                 if self.messages is not None:
-                    self.messages.consumers.output_flushed()
+                    self.messages.consumers.output_drained(self.channels.values())
+                    self.messages.publish_tally()
             if self.conn.closed:
                 scope.cancel()
                 return
@@ -474,9 +525,7 @@ class ClientConnection:
     @property
     def unconfirmed(self) -> int:
         """Publishes on confirm channels whose ack/nack has not been sent yet."""
-        if self.messages is None:
-            return 0
-        return sum(tracker.outstanding for tracker in self.messages.publisher.confirms.values())
+        return sum(session.core.unconfirmed for session in self.channels.values())
 
     def force_close(self, error: ConnectionForced) -> None:
         """Close the connection from our side (connection.close with `error`); a socket that

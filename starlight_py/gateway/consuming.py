@@ -1,38 +1,48 @@
-"""basic.consume / cancel / get / ack / nack / reject / recover for one connection.
+"""The Pulsar side of consuming for one connection: subscriptions, reading, basic.get, and
+carrying out what the message core (core/channel.py) decides.
 
 An AMQP consumer reads every binding subscription of its queue through one Pulsar Shared
-consumer each. Messages arrive on pulsar-client's listener thread and reach trio through a
-Batcher; on the trio thread each is checked against the queue's bindings on that topic (the
-pattern or headers, and the binding's position window): not routed to this queue ->
-acknowledged and dropped; routed -> delivered with the channel's next delivery tag.
-
-Prefetch (basic.qos) is credit: a consumer (and, with global, its channel) stops taking
-messages at the limit and its Pulsar consumers are paused; acks resume them. Pulsar's
-receiver queue is sized from the prefetch, so consumers on other proxies share a queue.
+consumer each, whose reader thread hands messages over in batches (backend/pulsar_client.py)
+through one `Batcher` per consumer: one wake-up of the trio thread per batch. The core
+decides what is delivered when (credit, prefetch, priority bands) and asks back, at the
+moment of delivery, whether a message is still the queue's (`vet`): routed to it by one of
+its bindings on that topic, not expired, not over its delivery limit. Its commands (ack,
+requeue, reject, pause, close a cancelled consumer) are carried out by `execute`.
 
 Requeueing: closing a Pulsar consumer makes the broker redeliver what it holds at once, so
 channel and connection close requeue everything unacked. basic.cancel does NOT: delivered
 unacked messages stay with the channel (as in RabbitMQ); the Pulsar consumers of a cancelled
-consumer are kept open until those are acked, or until the channel closes.
+consumer are kept open until those are settled (`ConsumerSettled`), or the channel closes.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import trio
-from pamqp import commands
 
-from starlight_py.amqp.connection import AMQPConnection
-from starlight_py.amqp.errors import AccessRefused, NotAllowed, PreconditionFailed
+from starlight_py.amqp.errors import AccessRefused
 from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
+from starlight_py.core.channel import Consumer, Deliverable
+from starlight_py.core.commands import (
+    AckMessages,
+    Command,
+    ConsumerSettled,
+    DrainLater,
+    GiveBack,
+    PauseReading,
+    RejectMessages,
+    RequeueMessages,
+    ResumeReading,
+)
 from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
@@ -40,11 +50,10 @@ from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
 from starlight_py.model.positions import MessageIdRecord
-from starlight_py.model.priorities import PRIORITY_BAND_TYPE, RankedPending
+from starlight_py.model.priorities import PRIORITY_BAND_TYPE
 from starlight_py.model.queue_limits import MAX_LENGTH
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
-from starlight_py.ops.metrics import ProxyMetrics
 from starlight_py.topology.service import TopologyService, expires_after
 
 log = logging.getLogger("starlight.consume")
@@ -54,62 +63,33 @@ UNLIMITED_RECEIVER_QUEUE = 1000
 GET_WAIT = 0.5
 GETTER_IDLE = 0.5
 HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
-MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
-# How long a priority queue's consumer holds back lower bands after a higher one ran empty
-# (model/priorities.py: a band's next message is a Pulsar round trip away).
-BAND_REFILL_WAIT = 0.05
 DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead letters
 TRIM_CHANNEL = 0  # dead letters of drop-head trims are settled as the connection's own
 
 
-@dataclass
-class Unacked:
-    handle: ConsumerHandle
-    message: ReceivedMessage
-    consumer_tag: str | None  # None for basic.get
-    queue: Queue | None = None  # where it came from (its dead-letter exchange, if any)
+@dataclass(eq=False)
+class ConsumerLink:
+    """The gateway's side of one AMQP consumer (the core's `Consumer.link`)."""
 
-
-@dataclass
-class AmqpConsumer:
-    channel: int
+    session: ChannelSession
     tag: str
     queue: str
-    no_ack: bool
-    prefetch: int
     exclusive: bool
-    batcher: Batcher[tuple[ConsumerHandle, ReceivedMessage]]
+    record: Queue | None  # the queue as declared (auto-delete, x-expires, dead-lettering)
+    core: Consumer | None = None
     handles: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
+    ranks: dict[str, int] = field(default_factory=dict)  # by subscription: 1 + band, or 0
     known_sets: dict[str, BindingSet] = field(default_factory=dict)  # by topic
-    pending: RankedPending[tuple[ConsumerHandle, ReceivedMessage]] = field(
-        default_factory=RankedPending
-    )
-    ranks: dict[str, int] = field(default_factory=dict)  # by subscription: 1 + priority band
-    # A priority queue's bands that may be refilling: rank -> when it last ran empty
-    refilling: dict[int, float] = field(default_factory=dict)
-    wake_pending: bool = False
-    unacked: int = 0
-    started: bool = False
-    cancelled: bool = False
-    record: Queue | None = None  # the queue as declared (auto-delete, x-expires)
+    batcher: Batcher[tuple[ConsumerHandle, list[ReceivedMessage]]] | None = None
     registered: bool = False  # in ZooKeeper's consumers of the queue
 
     @property
     def registry_name(self) -> str:
-        return f"{self.channel}/{self.tag}"
+        return f"{self.session.number}/{self.tag}"
 
-
-@dataclass
-class ChannelState:
-    number: int
-    next_tag: int = 1
-    unacked: dict[int, Unacked] = field(default_factory=dict)
-    consumers: dict[str, AmqpConsumer] = field(default_factory=dict)
-    prefetch_global: int = 0
-    prefetch_consumer: int = 0
-    getters: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
-    getter_generation: int = 0
-    getting: bool = False  # a basic.get is using the getters right now
+    @property
+    def cancelled(self) -> bool:
+        return self.core is None or self.core.cancelled
 
 
 def _rank(binding_set: BindingSet) -> int:
@@ -133,16 +113,33 @@ class RequeuedPositions:
     def __init__(self, limit: int = 100_000) -> None:
         self._limit = limit
         self._positions: OrderedDict[tuple[str, MessageIdRecord], int] = OrderedDict()
+        # Subscriptions with an entry: most deliveries are of subscriptions without one,
+        # and need no position looked up (it costs pulsar-client calls).
+        self._subscriptions: dict[str, int] = {}
 
     def add(self, subscription: str, position: MessageIdRecord) -> None:
         key = (subscription, position)
-        self._positions[key] = self._positions.pop(key, 0) + 1
+        seen = self._positions.pop(key, 0)
+        if not seen:
+            self._subscriptions[subscription] = self._subscriptions.get(subscription, 0) + 1
+        self._positions[key] = seen + 1
         if len(self._positions) > self._limit:
-            self._positions.popitem(last=False)
+            (old, _), _ = self._positions.popitem(last=False)
+            left = self._subscriptions[old] - 1
+            if left:
+                self._subscriptions[old] = left
+            else:
+                del self._subscriptions[old]
+
+    def knows(self, subscription: str) -> bool:
+        """Whether any message of `subscription` was requeued here (cheap)."""
+        return subscription in self._subscriptions
 
     def returns(self, subscription: str, position: MessageIdRecord) -> int:
         """How often this proxy requeued the message (Pulsar's redelivery count misses
         returns by a closing consumer, e.g. a basic.get's)."""
+        if subscription not in self._subscriptions:
+            return 0
         return self._positions.get((subscription, position), 0)
 
     def add_all(self, items: Iterable[tuple[str, MessageIdRecord]]) -> None:
@@ -156,11 +153,10 @@ class RequeuedPositions:
 
 
 class Consumers:
-    """Everything consume-side of one connection."""
+    """Everything consume-side of one connection that touches Pulsar or ZooKeeper."""
 
     def __init__(
         self,
-        conn: AMQPConnection,
         ctx: VhostContext,
         cache: TopologyCache,
         topology: TopologyService,
@@ -169,12 +165,9 @@ class Consumers:
         kick: Callable[[], None],
         spawn: Callable[..., None],
         requeued: RequeuedPositions,
-        metrics: ProxyMetrics | None = None,
-        dead_letters: DeadLetters | None = None,
+        dead_letters: DeadLetters,
+        notify_cancel: Callable[[ChannelSession, str], None],
     ) -> None:
-        self.metrics = metrics or ProxyMetrics()
-        self.dead_letters = dead_letters
-        self.conn = conn
         self.ctx = ctx
         self.cache = cache
         self.topology = topology
@@ -183,37 +176,28 @@ class Consumers:
         self.kick = kick
         self.spawn = spawn  # start a task in the connection's nursery
         self.requeued = requeued
-        self.channels: dict[int, ChannelState] = {}
-        self._cancelled_settled: list[ConsumerHandle] = []
-        self._get_settled: list[ConsumerHandle] = []
+        self.dead_letters = dead_letters
+        # Tell the client its consumer was cancelled (basic.cancel from the server), when it
+        # understands consumer_cancel_notify.
+        self.notify_cancel = notify_cancel
+        self.links: set[ConsumerLink] = set()
         self._token = trio.lowlevel.current_trio_token()
-
-    def channel(self, number: int) -> ChannelState:
-        state = self.channels.get(number)
-        if state is None:
-            state = self.channels[number] = ChannelState(number)
-        return state
-
-    # ---- qos ----------------------------------------------------------------------------------
-
-    def qos(self, number: int, prefetch_count: int, global_: bool) -> None:
-        state = self.channel(number)
-        if global_:
-            state.prefetch_global = prefetch_count
-        else:
-            state.prefetch_consumer = prefetch_count
-        for consumer in state.consumers.values():
-            self._drain(state, consumer)
 
     # ---- consume ------------------------------------------------------------------------------
 
-    async def consume(self, number: int, queue: str, method: commands.Basic.Consume) -> None:
+    async def consume(
+        self,
+        session: ChannelSession,
+        queue: str,
+        tag: str,
+        no_ack: bool,
+        exclusive: bool,
+        nowait: bool,
+    ) -> None:
         """Raises NotFound, ResourceLocked, NotAllowed (tag reused), AccessRefused
         (exclusive use)."""
-        state = self.channel(number)
-        tag = _name(method.consumer_tag) or "amq.ctag-" + secrets.token_urlsafe(16)[:22]
-        if tag in state.consumers:
-            raise NotAllowed(f"attempt to reuse consumer tag '{tag}'", (60, 20))
+        channel = session.core
+        channel.check_tag_free(tag)
         record = await trio.to_thread.run_sync(
             self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 20)
         )
@@ -224,19 +208,11 @@ class Consumers:
             )
         ]
         sets.sort(key=_rank, reverse=True)  # a priority queue's highest band comes first
-        await self._check_exclusive_use(queue, sets, bool(method.exclusive))
-        consumer = AmqpConsumer(
-            number,
-            tag,
-            queue,
-            bool(method.no_ack),
-            state.prefetch_consumer,
-            bool(method.exclusive),
-            Batcher(self._token, lambda items: None),
-            record=record,
-        )
-        consumer.batcher = Batcher(self._token, lambda items: self._on_messages(consumer, items))
-        state.consumers[tag] = consumer
+        await self._check_exclusive_use(queue, sets, exclusive)
+        link = ConsumerLink(session, tag, queue, exclusive, record)
+        link.core = channel.add_consumer(tag, queue, no_ack, exclusive, link)
+        link.batcher = Batcher(self._token, lambda batches: self._on_messages(link, batches))
+        self.links.add(link)
         try:
             # Registered first: an auto-delete racing this consume on another proxy either
             # sees the consumer or deletes the queue before it registers (then NotFound).
@@ -244,21 +220,20 @@ class Consumers:
                 self.topology.register_consumer,
                 self.ctx.vhost,
                 record,
-                f"{self.prefix}/{consumer.registry_name}",
+                f"{self.prefix}/{link.registry_name}",
             )
-            consumer.registered = True
+            link.registered = True
             for binding_set in sets:
-                await self._subscribe(consumer, binding_set)
+                await self._subscribe(link, binding_set)
         except BaseException:
-            state.consumers.pop(tag, None)
-            await self._close_handles(list(consumer.handles.values()))
+            channel.remove_consumer(link.core)
+            self.execute(session, channel.take_commands())
+            await self._drop_link(link)
             with trio.CancelScope(shield=True):
-                await self._unregister(consumer, auto_delete=False)
+                await self._unregister(link, auto_delete=False)
             raise
-        if not method.nowait:
-            self.conn.send_method(number, commands.Basic.ConsumeOk(tag))
-        consumer.started = True
-        self._drain(state, consumer)
+        channel.start_consumer(link.core, nowait)
+        self.execute(session, channel.take_commands())
         self.kick()
 
     async def _check_exclusive_use(
@@ -276,61 +251,57 @@ class Consumers:
                 f"queue '{queue}' in vhost '{self.ctx.vhost}' in exclusive use", (60, 20)
             )
 
-    async def _subscribe(self, consumer: AmqpConsumer, binding_set: BindingSet) -> None:
-        if binding_set.subscription in consumer.handles:
+    async def _subscribe(self, link: ConsumerLink, binding_set: BindingSet) -> None:
+        if binding_set.subscription in link.handles or link.core is None:
             return
         topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
-        name = f"{self.prefix}/{consumer.channel}/{consumer.tag}" + (
-            "!x" if consumer.exclusive else ""
-        )
-        size = consumer.prefetch or UNLIMITED_RECEIVER_QUEUE
+        name = f"{self.prefix}/{link.session.number}/{link.tag}" + ("!x" if link.exclusive else "")
+        size = link.core.prefetch or UNLIMITED_RECEIVER_QUEUE
+        batcher = link.batcher
+        assert batcher is not None
         handle = await trio.to_thread.run_sync(
             self.backend.subscribe,
             topic,
             binding_set.subscription,
             name,
             min(size, UNLIMITED_RECEIVER_QUEUE),
-            lambda h, m: consumer.batcher.put((h, m)),
+            lambda h, batch: batcher.put((h, batch)),
         )
-        consumer.handles[binding_set.subscription] = handle
-        consumer.known_sets[binding_set.topic] = binding_set
-        rank = consumer.ranks[binding_set.subscription] = _rank(binding_set)
-        if rank > 0:
-            consumer.refilling[rank] = time.monotonic()
+        link.handles[binding_set.subscription] = handle
+        link.known_sets[binding_set.topic] = binding_set
+        rank = link.ranks[binding_set.subscription] = _rank(binding_set)
+        link.session.core.reads_band(link.core, rank)
+        if link.core.reading.get(rank if link.core.ranks else None) is False:
+            handle.pause()  # the core has it paused already
 
     async def follow_bindings(self) -> None:
         """Subscribe consumers to bindings added after they started; cancel (with
         basic.cancel, as RabbitMQ does with consumer_cancel_notify) consumers whose queue
         was deleted."""
-        capabilities = self.conn.client_properties.get("capabilities")
-        notify = isinstance(capabilities, dict) and bool(capabilities.get("consumer_cancel_notify"))
-        for state in list(self.channels.values()):
-            for consumer in list(state.consumers.values()):
-                if consumer.cancelled:
-                    continue
-                if self.cache.queue(self.ctx.vhost, consumer.queue) is None:
-                    still = await trio.to_thread.run_sync(
-                        self.topology.get_queue, self.ctx.vhost, consumer.queue
-                    )
-                    if still is None:
-                        await self._server_cancel(state, consumer, notify)
-                    continue
-                current = self.cache.binding_sets_of_queue(self.ctx.vhost, consumer.queue)
-                for binding_set in current:
-                    if binding_set.subscription not in consumer.handles:
-                        await self._subscribe(consumer, binding_set)
-                await self._let_go_of_retired(state, consumer, current)
+        for link in list(self.links):
+            if link.cancelled:
+                continue
+            if self.cache.queue(self.ctx.vhost, link.queue) is None:
+                still = await trio.to_thread.run_sync(
+                    self.topology.get_queue, self.ctx.vhost, link.queue
+                )
+                if still is None:
+                    await self._server_cancel(link)
+                continue
+            current = self.cache.binding_sets_of_queue(self.ctx.vhost, link.queue)
+            for binding_set in current:
+                if binding_set.subscription not in link.handles:
+                    await self._subscribe(link, binding_set)
+            await self._let_go_of_retired(link, current)
         self.kick()
 
-    async def _let_go_of_retired(
-        self, state: ChannelState, consumer: AmqpConsumer, current: list[BindingSet]
-    ) -> None:
+    async def _let_go_of_retired(self, link: ConsumerLink, current: list[BindingSet]) -> None:
         """Close the consumer's Pulsar consumers on subscriptions no longer read for its
         queue (drained retired ones, about to be deleted by the SubscriptionCleaner, which
         would otherwise reconnect and make the subscription again)."""
         active = {b.subscription for b in current}
         stale = []
-        for subscription in consumer.handles:
+        for subscription in link.handles:
             if subscription in active:
                 continue
             retired = self.cache.retired(self.ctx.vhost, subscription)
@@ -340,35 +311,44 @@ class Consumers:
             return
         # The cache may lag behind a binding made a moment ago: ask ZooKeeper.
         fresh = await trio.to_thread.run_sync(
-            self.topology.binding_sets, self.ctx.vhost, consumer.queue
+            self.topology.binding_sets, self.ctx.vhost, link.queue
         )
         still_read = {b.subscription for b, _ in fresh}
-        holding = {id(u.handle) for u in state.unacked.values()}
+        holding = self._holding(link.session)
         for subscription in stale:
-            handle = consumer.handles.get(subscription)
+            handle = link.handles.get(subscription)
             if subscription in still_read or handle is None or id(handle) in holding:
                 continue
-            del consumer.handles[subscription]
+            del link.handles[subscription]
             await trio.to_thread.run_sync(handle.close)
 
-    async def _server_cancel(
-        self, state: ChannelState, consumer: AmqpConsumer, notify: bool
-    ) -> None:
-        state.consumers.pop(consumer.tag, None)
-        consumer.cancelled = True
-        consumer.batcher.close()
-        if notify:
-            self.conn.send_method(state.number, commands.Basic.Cancel(consumer.tag, nowait=True))
-        await self._close_handles(list(consumer.handles.values()))
-        await self._unregister(consumer, auto_delete=False)
+    async def _server_cancel(self, link: ConsumerLink) -> None:
+        session = link.session
+        if link.core is not None:
+            session.core.cancel(link.tag)
+            self.execute(session, session.core.take_commands())
+        self.notify_cancel(session, link.tag)
+        await self._drop_link(link)
+        await self._unregister(link, auto_delete=False)
 
-    async def _unregister(self, consumer: AmqpConsumer, auto_delete: bool = True) -> None:
+    async def _drop_link(self, link: ConsumerLink) -> None:
+        """Close all of a consumer's Pulsar consumers and forget it."""
+        self.links.discard(link)
+        if link.batcher is not None:
+            for handle, batch in link.batcher.close():
+                for message in batch:
+                    handle.negative_acknowledge(message)
+        handles = list(link.handles.values())
+        link.handles.clear()
+        await self._close_handles(handles)
+
+    async def _unregister(self, link: ConsumerLink, auto_delete: bool = True) -> None:
         """Take the consumer out of ZooKeeper's record; an auto-delete queue left without
         consumers goes (RabbitMQ: when its last consumer is cancelled or gone)."""
-        if not consumer.registered or consumer.record is None:
+        if not link.registered or link.record is None:
             return
-        consumer.registered = False
-        record = consumer.record
+        link.registered = False
+        record = link.record
         if not auto_delete:
             record = replace(record, auto_delete=False)
         try:
@@ -377,121 +357,84 @@ class Consumers:
                 self.ctx.vhost,
                 self.ctx.namespace,
                 record,
-                f"{self.prefix}/{consumer.registry_name}",
+                f"{self.prefix}/{link.registry_name}",
             )
         except Exception as e:
             # The ephemeral znode goes with this proxy's session at the latest; the
             # SubscriptionCleaner then does what is left (auto-delete).
-            log.warning("could not unregister consumer %s of %r: %s", consumer.tag, record.name, e)
+            log.warning("could not unregister consumer %s of %r: %s", link.tag, record.name, e)
+
+    # ---- cancel -------------------------------------------------------------------------------
+
+    async def cancel(self, session: ChannelSession, tag: str) -> None:
+        """basic.cancel: what the consumer delivered stays unacked with the channel; its
+        Pulsar consumers holding none of it close now, the others once it is settled."""
+        consumer = session.core.cancel(tag)
+        if consumer is None:
+            return
+        link: ConsumerLink = consumer.link
+        holding = {id(m.handle) for m in session.core.holding(consumer)}
+        for handle in link.handles.values():
+            handle.pause()
+        self.execute(session, session.core.take_commands())
+        if link.batcher is not None:
+            for handle, batch in link.batcher.close():
+                for message in batch:
+                    handle.negative_acknowledge(message)  # never delivered: back to the queue
+        idle = [
+            (sub, h)
+            for sub, h in link.handles.items()
+            if id(h) not in holding and not self.dead_letters.holds(h)
+        ]
+        for sub, _ in idle:
+            del link.handles[sub]
+        await self._close_handles([h for _, h in idle])
+        if not link.handles:
+            self.links.discard(link)
+        # Before cancel-ok: a client that sees cancel-ok no longer sees an auto-delete
+        # queue whose last consumer this was.
+        await self._unregister(link)
 
     # ---- delivery (trio thread, synchronous) ------------------------------------------------
 
     def _on_messages(
-        self, consumer: AmqpConsumer, items: list[tuple[ConsumerHandle, ReceivedMessage]]
+        self, link: ConsumerLink, batches: list[tuple[ConsumerHandle, list[ReceivedMessage]]]
     ) -> None:
-        for item in items:
-            consumer.pending.put(consumer.ranks.get(item[0].subscription, 0), item)
-        state = self.channels.get(consumer.channel)
-        if state is not None:
-            self._drain(state, consumer)
+        consumer = link.core
+        if consumer is None:
+            return
+        session = link.session
+        ranks = link.ranks
+        if len(batches) == 1 and not ranks.get(batches[0][0].subscription):
+            items: Iterable[tuple[int, ReceivedMessage]] = [(0, m) for m in batches[0][1]]
+        else:
+            items = [
+                (ranks.get(handle.subscription, 0), m) for handle, batch in batches for m in batch
+            ]
+        session.core.messages_arrived(consumer, items)
+        if session.core._commands:
+            self.execute(session, session.core.take_commands())
         self.kick()
 
-    def _has_credit(self, state: ChannelState, consumer: AmqpConsumer) -> bool:
-        if consumer.no_ack:
-            return self.conn.pending_output < MAX_OUTPUT_BACKLOG
-        if consumer.prefetch and consumer.unacked >= consumer.prefetch:
-            return False
-        return not (state.prefetch_global and len(state.unacked) >= state.prefetch_global)
-
-    def _drain(self, state: ChannelState, consumer: AmqpConsumer) -> None:
-        banded = bool(consumer.refilling)
-        while consumer.pending and consumer.started and not consumer.cancelled:
-            if not self._has_credit(state, consumer):
-                break
-            if banded and self._wait_for_higher_band(state, consumer):
-                break
-            handle, message = consumer.pending.pop()
-            if banded:
-                rank = consumer.ranks.get(handle.subscription, 0)
-                if rank > 0 and consumer.pending.count(rank) == 0:
-                    consumer.refilling[rank] = time.monotonic()
-            decoded = self._route(consumer.queue, consumer.known_sets, message)
-            if decoded is None:
-                handle.acknowledge(message)  # not for this queue (another binding's)
-                continue
-            if self.dead_letters is not None and self.dead_letters.died_before_delivery(
-                state.number, handle, message, consumer.record
-            ):
-                continue  # expired or over the delivery limit: dead-lettered or dropped
-            tag = state.next_tag
-            state.next_tag += 1
-            if consumer.no_ack:
-                handle.acknowledge(message)
-            else:
-                state.unacked[tag] = Unacked(handle, message, consumer.tag, consumer.record)
-                consumer.unacked += 1
-            redelivered = self._redelivered(handle, message)
-            self.metrics.delivered(self.ctx.vhost, len(decoded.body), redelivered)
-            self.conn.send_content_raw(
-                state.number,
-                commands.Basic.Deliver(
-                    consumer.tag,
-                    tag,
-                    redelivered,
-                    decoded.exchange,
-                    decoded.routing_key,
-                ),
-                decoded.raw_properties,
-                decoded.body,
-            )
-        # Flow control: stop Pulsar pushing to a consumer that cannot take more.
-        limit = max(1, consumer.prefetch or UNLIMITED_RECEIVER_QUEUE)
-        if banded:
-            # A priority queue's consumer keeps up to `limit` messages of each band at hand
-            # even without credit, so that a message of a higher band published meanwhile
-            # is the next one delivered.
-            for subscription, handle in consumer.handles.items():
-                rank = consumer.ranks.get(subscription, 0)
-                if consumer.cancelled or consumer.pending.count(rank) >= limit:
-                    handle.pause()
-                else:
-                    handle.resume()
-            return
-        full = not self._has_credit(state, consumer) or len(consumer.pending) > 2 * limit
-        for handle in consumer.handles.values():
-            if full or consumer.cancelled:
-                handle.pause()
-            else:
-                handle.resume()
-
-    def _wait_for_higher_band(self, state: ChannelState, consumer: AmqpConsumer) -> bool:
-        """Whether a priority queue's consumer should hold back the waiting message because
-        a higher band ran empty less than BAND_REFILL_WAIT ago: Pulsar sends a band's next
-        message only once the proxy took the previous one, and that round trip must not let
-        a lower band's message overtake it. Schedules a new look when holding back."""
-        top = consumer.pending.top_rank()
-        now = time.monotonic()
-        until = max(
-            (
-                since + BAND_REFILL_WAIT
-                for rank, since in consumer.refilling.items()
-                if top is not None and rank > top and now - since < BAND_REFILL_WAIT
-            ),
-            default=None,
+    def vet(self, consumer: Consumer, message: ReceivedMessage) -> Deliverable | None:
+        """The core asks at delivery: is this message still the queue's to deliver?"""
+        link: ConsumerLink = consumer.link
+        decoded = self._route(link.queue, link.known_sets, message)
+        if decoded is None:
+            message.handle.acknowledge(message)  # not for this queue (another binding's)
+            return None
+        if self.dead_letters.died_before_delivery(
+            link.session.number, message.handle, message, link.record
+        ):
+            return None  # expired or over the delivery limit: dead-lettered or dropped
+        return Deliverable(
+            decoded.exchange,
+            decoded.routing_key,
+            decoded.raw_properties,
+            decoded.body,
+            self._redelivered(message),
+            link.record,
         )
-        if until is None:
-            return False
-        if not consumer.wake_pending:
-            consumer.wake_pending = True
-            self.spawn(self._drain_later, state, consumer, until - now)
-        return True
-
-    async def _drain_later(self, state: ChannelState, consumer: AmqpConsumer, delay: float) -> None:
-        await trio.sleep(delay)
-        consumer.wake_pending = False
-        if not consumer.cancelled:
-            self._drain(state, consumer)
-            self.kick()
 
     def _route(
         self, queue: str, known_sets: dict[str, BindingSet], message: ReceivedMessage
@@ -499,9 +442,10 @@ class Consumers:
         """The message as the queue gets it, or None when no binding of the queue on its
         topic routes it (decided on the freshest binding state: the cache, else what the
         consumer read from ZooKeeper, bounded by a retired subscription's end)."""
-        if queue in skipped_by(message.properties):
+        properties = message.properties
+        if queue in skipped_by(properties):
             return None  # refused at its length limit, or in one of its priority bands
-        topic = message.topic_local
+        topic = message.handle.topic.local
         binding_set = self.cache.binding_set(self.ctx.vhost, queue, topic)
         if binding_set is None:
             known = known_sets.get(topic)
@@ -511,7 +455,7 @@ class Consumers:
             else:
                 binding_set = known  # the cache has not caught up with a new binding yet
         exchange_name, key = naming.exchange_and_key_of_topic(topic)
-        decoded = decode(message.properties, message.body, exchange_name, key or "")
+        decoded = decode(properties, message.body, exchange_name, key or "")
         if binding_set is None:
             return decoded
         # Only headers exchanges need the properties decoded.
@@ -526,149 +470,114 @@ class Consumers:
             return decoded
         return None
 
-    def _redelivered(self, handle: ConsumerHandle, message: ReceivedMessage) -> bool:
+    def _redelivered(self, message: ReceivedMessage) -> bool:
         # Pulsar's count survives negative acks but not a consumer closing, so requeues
         # seen by this proxy are remembered too (docs/compatibility.md).
-        seen = self.requeued.pop(handle.subscription, message.position)
-        return seen or message.redelivery_count > 0
-
-    def output_flushed(self) -> None:
-        """The writer sent its backlog: no-ack consumers may go on."""
-        for state in self.channels.values():
-            for consumer in state.consumers.values():
-                if consumer.pending or any(h.paused for h in consumer.handles.values()):
-                    self._drain(state, consumer)
-
-    # ---- acks ---------------------------------------------------------------------------------
-
-    def _take(
-        self, state: ChannelState, tag: int, multiple: bool, method: tuple[int, int]
-    ) -> list[Unacked]:
-        if multiple:
-            tags = [t for t in state.unacked if tag == 0 or t <= tag]
-            if tag != 0 and tag not in state.unacked and not tags:
-                raise PreconditionFailed(f"unknown delivery tag {tag}", method)
-        else:
-            if tag not in state.unacked:
-                raise PreconditionFailed(f"unknown delivery tag {tag}", method)
-            tags = [tag]
-        taken = [state.unacked.pop(t) for t in tags]
-        for item in taken:
-            consumer = state.consumers.get(item.consumer_tag or "")
-            if consumer is not None:
-                consumer.unacked -= 1
-            elif item.consumer_tag is None:
-                self._get_settled.append(item.handle)
-            else:
-                self._cancelled_settled.append(item.handle)
-        return taken
-
-    def _close_settled_handles(self, state: ChannelState) -> None:
-        # A cancelled consumer's Pulsar consumers close once nothing they delivered is
-        # unacked (closing earlier would requeue those messages).
-        holding = {id(u.handle) for u in state.unacked.values()}
-        for handle in self._cancelled_settled:
-            if not self._in_use(handle, holding):
-                self._close_soon(handle)
-        self._cancelled_settled.clear()
-        for handle in self._get_settled:
-            if not self._in_use(handle, holding):
-                for sub, getter in list(state.getters.items()):
-                    if getter is handle:
-                        del state.getters[sub]
-                        self._close_soon(handle)
-        self._get_settled.clear()
-
-    def _in_use(self, handle: ConsumerHandle, holding: set[int]) -> bool:
-        """Closing `handle` would requeue a message: one it delivered that is unacked (its
-        id in `holding`) or a dead letter not yet acknowledged on its source."""
-        if id(handle) in holding:
+        if message.redelivery_count > 0:
             return True
-        return self.dead_letters is not None and self.dead_letters.holds(handle)
+        subscription = message.handle.subscription
+        return self.requeued.knows(subscription) and self.requeued.pop(
+            subscription, message.position
+        )
 
-    def _close_soon(self, handle: ConsumerHandle) -> None:
-        self.spawn(trio.to_thread.run_sync, handle.close)
+    # ---- carrying out the core's commands -------------------------------------------------
 
-    def ack(self, number: int, tag: int, multiple: bool) -> None:
-        state = self.channel(number)
-        for item in self._take(state, tag, multiple, (60, 80)):
-            item.handle.acknowledge(item.message)
-        self._after_settle(state)
+    def execute(self, session: ChannelSession, commands: list[Command]) -> None:
+        for command in commands:
+            self._handlers[type(command)](self, session, command)
 
-    def reject(
-        self, number: int, tag: int, multiple: bool, requeue: bool, method: tuple[int, int]
-    ) -> None:
-        state = self.channel(number)
-        for item in self._take(state, tag, multiple, method):
-            if (
-                requeue
-                and self.dead_letters is not None
-                and self.dead_letters.returned_too_often(
-                    number, item.handle, item.message, item.queue
-                )
-            ):
+    def _ack(self, session: ChannelSession, command: AckMessages) -> None:
+        for message in command.sources:
+            message.handle.acknowledge(message)
+        self._settled_gets(session, command.sources)
+
+    def _requeue(self, session: ChannelSession, command: RequeueMessages) -> None:
+        for item in command.deliveries:
+            message: ReceivedMessage = item.source
+            handle = message.handle
+            if self.dead_letters.returned_too_often(session.number, handle, message, item.queue):
                 continue  # over the queue's delivery limit: dead-lettered or dropped
-            if requeue:
-                self.requeued.add(item.handle.subscription, item.message.position)
-                item.handle.negative_acknowledge(item.message)
-            elif self.dead_letters is not None:
-                self.dead_letters.dead_letter(
-                    number, item.handle, item.message, item.queue, REJECTED
-                )
-            else:
-                item.handle.acknowledge(item.message)  # dropped
-        self._after_settle(state)
+            self.requeued.add(handle.subscription, message.position)
+            handle.negative_acknowledge(message)
+        self._settled_gets(session, [item.source for item in command.deliveries])
 
-    def recover(self, number: int) -> None:
-        """basic.recover: every unacked message of the channel is requeued."""
-        state = self.channel(number)
-        if state.unacked:
-            self.reject(number, 0, True, True, (60, 110))
+    def _reject(self, session: ChannelSession, command: RejectMessages) -> None:
+        for item in command.deliveries:
+            message: ReceivedMessage = item.source
+            self.dead_letters.dead_letter(
+                session.number, message.handle, message, item.queue, REJECTED
+            )
+        self._settled_gets(session, [item.source for item in command.deliveries])
 
-    def _after_settle(self, state: ChannelState) -> None:
-        self._close_settled_handles(state)
-        for consumer in state.consumers.values():
-            self._drain(state, consumer)
+    def _give_back(self, session: ChannelSession, command: GiveBack) -> None:
+        for message in command.sources:
+            message.handle.negative_acknowledge(message)
+
+    def _pause(self, session: ChannelSession, command: PauseReading) -> None:
+        for handle in self._handles_of(command.consumer.link, command.rank):
+            handle.pause()
+
+    def _resume(self, session: ChannelSession, command: ResumeReading) -> None:
+        for handle in self._handles_of(command.consumer.link, command.rank):
+            handle.resume()
+
+    def _handles_of(self, link: ConsumerLink, rank: int | None) -> list[ConsumerHandle]:
+        if rank is None:
+            return list(link.handles.values())
+        return [h for sub, h in link.handles.items() if link.ranks.get(sub, 0) == rank]
+
+    def _consumer_settled(self, session: ChannelSession, command: ConsumerSettled) -> None:
+        link: ConsumerLink = command.consumer.link
+        handles = [h for h in link.handles.values() if not self.dead_letters.holds(h)]
+        for handle in handles:
+            self._close_soon(handle)
+        link.handles = {s: h for s, h in link.handles.items() if h not in handles}
+        if not link.handles:
+            self.links.discard(link)
+
+    def _drain_later(self, session: ChannelSession, command: DrainLater) -> None:
+        self.spawn(self._drain_after, session, command.consumer, command.delay)
+
+    async def _drain_after(self, session: ChannelSession, consumer: Consumer, delay: float) -> None:
+        await trio.sleep(delay)
+        session.core.drain(consumer)
+        self.execute(session, session.core.take_commands())
         self.kick()
 
-    # ---- cancel -------------------------------------------------------------------------------
+    _handlers: dict[type, Callable[[Consumers, ChannelSession, Any], None]] = {
+        AckMessages: _ack,
+        RequeueMessages: _requeue,
+        RejectMessages: _reject,
+        GiveBack: _give_back,
+        PauseReading: _pause,
+        ResumeReading: _resume,
+        ConsumerSettled: _consumer_settled,
+        DrainLater: _drain_later,
+    }
 
-    async def cancel(self, number: int, tag: str, nowait: bool) -> None:
-        state = self.channel(number)
-        consumer = state.consumers.pop(tag, None)
-        if consumer is not None:
-            consumer.cancelled = True
-            leftovers = consumer.pending.take_all() + consumer.batcher.close()
-            for handle in consumer.handles.values():
-                handle.pause()
-            for handle, message in leftovers:
-                handle.negative_acknowledge(message)  # never delivered: back to the queue
-            holding = {id(u.handle) for u in state.unacked.values() if u.consumer_tag == tag}
-            idle = [h for h in consumer.handles.values() if not self._in_use(h, holding)]
-            await self._close_handles(idle)
-            # Before cancel-ok: a client that sees cancel-ok no longer sees an auto-delete
-            # queue whose last consumer this was.
-            await self._unregister(consumer)
-        if not nowait:
-            self.conn.send_method(number, commands.Basic.CancelOk(tag))
+    def output_drained(self, sessions: Iterable[ChannelSession]) -> None:
+        """The writer sent its backlog: no-ack consumers may go on."""
+        for session in sessions:
+            if session.core.consumers:
+                session.core.output_drained()
+                self.execute(session, session.core.take_commands())
 
     # ---- get ----------------------------------------------------------------------------------
 
-    async def get(self, number: int, queue: str, no_ack: bool) -> None:
+    async def get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
         """basic.get through one Pulsar consumer per channel and subscription, kept between
         gets so that a message it prefetched is the next one returned, and closed once idle
         with nothing of its unacked (which returns any prefetched message to the queue).
         Empty queues are recognised from Pulsar's stats without waiting."""
-        state = self.channel(number)
-        state.getting = True
+        session.getting = True
         try:
-            await self._get(state, queue, no_ack)
+            await self._get(session, queue, no_ack)
         finally:
-            state.getting = False
-            self._getter_used(state)
+            session.getting = False
+            self._getter_used(session)
+        self.execute(session, session.core.take_commands())
 
-    async def _get(self, state: ChannelState, queue: str, no_ack: bool) -> None:
-        number = state.number
+    async def _get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
         record = await trio.to_thread.run_sync(
             self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 70)
         )
@@ -690,10 +599,10 @@ class Consumers:
                 ready[binding_set.subscription] = found_stats.ready
         total_ready = sum(ready.values())
         for binding_set in sets:
-            getter = state.getters.get(binding_set.subscription)
+            getter = session.getters.get(binding_set.subscription)
             # A message our getter already holds is counted as unacked, not ready.
             if getter is not None and await self._get_from(
-                state, getter, queue, binding_set, no_ack, total_ready, HELD_WAIT, record
+                session, getter, queue, binding_set, no_ack, total_ready, HELD_WAIT, record
             ):
                 return
             if ready.get(binding_set.subscription, 0) <= 0:
@@ -703,21 +612,21 @@ class Consumers:
                     self.backend.subscribe,
                     naming.TopicName(self.ctx.namespace, binding_set.topic),
                     binding_set.subscription,
-                    f"{self.prefix}/get/{number}",
+                    f"{self.prefix}/get/{session.number}",
                     1,
                     None,
                 )
-                state.getters[binding_set.subscription] = getter
+                session.getters[binding_set.subscription] = getter
             remaining = max(0, total_ready - 1)
             if await self._get_from(
-                state, getter, queue, binding_set, no_ack, remaining, GET_WAIT, record
+                session, getter, queue, binding_set, no_ack, remaining, GET_WAIT, record
             ):
                 return
-        self.conn.send_method(number, commands.Basic.GetEmpty())
+        session.core.get_empty()
 
     async def _get_from(
         self,
-        state: ChannelState,
+        session: ChannelSession,
         handle: ConsumerHandle,
         queue: str,
         binding_set: BindingSet,
@@ -734,33 +643,42 @@ class Consumers:
             if decoded is None:
                 handle.acknowledge(message)  # another binding's message: not this queue's
                 continue
-            if self.dead_letters is not None and self.dead_letters.died_before_delivery(
-                state.number, handle, message, record
-            ):
+            if self.dead_letters.died_before_delivery(session.number, handle, message, record):
                 remaining = max(0, remaining - 1)
                 continue  # expired or over the delivery limit: dead-lettered or dropped
-            tag = state.next_tag
-            state.next_tag += 1
-            if no_ack:
-                handle.acknowledge(message)
-                await self._close_getter(state, binding_set.subscription)
-            else:
-                state.unacked[tag] = Unacked(handle, message, None, record)
-            redelivered = self._redelivered(handle, message)
-            self.metrics.delivered(self.ctx.vhost, len(decoded.body), redelivered)
-            self.conn.send_content_raw(
-                state.number,
-                commands.Basic.GetOk(
-                    tag,
-                    redelivered,
-                    decoded.exchange,
-                    decoded.routing_key,
-                    remaining,
-                ),
+            deliverable = Deliverable(
+                decoded.exchange,
+                decoded.routing_key,
                 decoded.raw_properties,
                 decoded.body,
+                self._redelivered(message),
+                record,
             )
+            session.core.deliver_get(message, deliverable, no_ack, remaining)
+            self.execute(session, session.core.take_commands())
+            if no_ack:
+                await self._close_getter(session, binding_set.subscription)
+            else:
+                session.getter_holds[id(handle)] += 1
             return True
+
+    def _settled_gets(self, session: ChannelSession, sources: list[ReceivedMessage]) -> None:
+        """Getters whose last unsettled delivery this was close now."""
+        holds = session.getter_holds
+        if not holds:
+            return
+        for message in sources:
+            key = id(message.handle)
+            if key not in holds:
+                continue
+            holds[key] -= 1
+            if holds[key] > 0:
+                continue
+            del holds[key]
+            for sub, getter in list(session.getters.items()):
+                if getter is message.handle and not self.dead_letters.holds(getter):
+                    del session.getters[sub]
+                    self._close_soon(getter)
 
     async def drop_oldest(
         self, queue: str, topic: naming.TopicName, subscription: str, count: int
@@ -787,72 +705,88 @@ class Consumers:
                     handle.acknowledge(message)  # another binding's message: not this queue's
                     continue
                 dropped += 1
-                if self.dead_letters is None:
-                    handle.acknowledge(message)
-                else:
-                    self.dead_letters.dead_letter(TRIM_CHANNEL, handle, message, record, MAX_LENGTH)
-            if self.dead_letters is not None:
-                await self.dead_letters.settled(TRIM_CHANNEL, DEAD_LETTER_SETTLE_WAIT)
+                self.dead_letters.dead_letter(TRIM_CHANNEL, handle, message, record, MAX_LENGTH)
+            await self.dead_letters.settled(TRIM_CHANNEL, DEAD_LETTER_SETTLE_WAIT)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(handle.close)
         return dropped
 
-    async def _close_getter(self, state: ChannelState, subscription: str) -> None:
+    async def _close_getter(self, session: ChannelSession, subscription: str) -> None:
         """Close a getter now (nothing of it is unacked): the message its receiver queue may
         hold goes back to the queue before anyone counts or gets again."""
-        handle = state.getters.get(subscription)
-        if handle is None or self._in_use(handle, set()):
+        handle = session.getters.get(subscription)
+        if handle is None or self._in_use(session, handle):
             return  # a dead letter it read is unsettled: the idle getters' closer does it
-        del state.getters[subscription]
+        del session.getters[subscription]
         await trio.to_thread.run_sync(handle.close)
 
-    def _getter_used(self, state: ChannelState) -> None:
-        state.getter_generation += 1
-        self.spawn(self._close_idle_getters, state, state.getter_generation)
+    def _in_use(self, session: ChannelSession, handle: ConsumerHandle) -> bool:
+        """Closing `handle` would requeue a message: one it delivered that is unacked or a
+        dead letter not yet acknowledged on its source."""
+        return session.getter_holds.get(id(handle), 0) > 0 or self.dead_letters.holds(handle)
 
-    async def _close_idle_getters(self, state: ChannelState, generation: int) -> None:
+    def _holding(self, session: ChannelSession) -> set[int]:
+        return {id(item.source.handle) for item in session.core.unacked.values()}
+
+    def _getter_used(self, session: ChannelSession) -> None:
+        session.getter_generation += 1
+        self.spawn(self._close_idle_getters, session, session.getter_generation)
+
+    async def _close_idle_getters(self, session: ChannelSession, generation: int) -> None:
         await trio.sleep(GETTER_IDLE)
-        while state.getter_generation == generation and state.getters and not state.getting:
-            holding = {id(u.handle) for u in state.unacked.values()}
+        while session.getter_generation == generation and session.getters and not session.getting:
             idle = [
-                sub for sub, handle in state.getters.items() if not self._in_use(handle, holding)
+                sub for sub, handle in session.getters.items() if not self._in_use(session, handle)
             ]
             for sub in idle:
-                handle = state.getters.pop(sub)
+                handle = session.getters.pop(sub)
                 await trio.to_thread.run_sync(handle.close)
-            if not state.getters:
+            if not session.getters:
                 return
             await trio.sleep(GETTER_IDLE)  # some still hold unacked gets: look again later
 
     # ---- the end ------------------------------------------------------------------------------
 
-    async def close_channel(self, number: int) -> None:
+    async def close_channel(self, session: ChannelSession) -> None:
         """Channel gone: close its Pulsar consumers; the broker requeues what they held."""
-        state = self.channels.pop(number, None)
-        if state is None:
+        if session.core.closed:
             return
-        if self.dead_letters is not None:
-            # Closing first would requeue the dead letters not yet acknowledged as well.
-            await self.dead_letters.settled(number, DEAD_LETTER_SETTLE_WAIT)
+        # Closing first would requeue the dead letters not yet acknowledged as well.
+        await self.dead_letters.settled(session.number, DEAD_LETTER_SETTLE_WAIT)
+        released = session.core.close()
+        self.execute(session, session.core.take_commands())
         self.requeued.add_all(
-            (u.handle.subscription, u.message.position) for u in state.unacked.values()
+            (item.source.handle.subscription, item.source.position) for item in released.unacked
         )
-        handles: list[ConsumerHandle] = list(state.getters.values())
-        state.getters.clear()
-        for consumer in state.consumers.values():
-            consumer.cancelled = True
-            consumer.batcher.close()
-            handles.extend(consumer.handles.values())
-        handles.extend(u.handle for u in state.unacked.values())
+        handles: list[ConsumerHandle] = list(session.getters.values())
+        session.getters.clear()
+        session.getter_holds.clear()
+        links = [link for link in self.links if link.session is session]
+        for link in links:
+            self.links.discard(link)
+            if link.batcher is not None:
+                link.batcher.close()
+            handles.extend(link.handles.values())
+            link.handles = {}
+        handles.extend(item.source.handle for item in released.unacked)
         await self._close_handles(list({id(h): h for h in handles}.values()))
-        for consumer in state.consumers.values():
-            await self._unregister(consumer)
+        # What was read and never delivered went back when its consumer closed.
+        for link in links:
+            await self._unregister(link)
 
-    async def close_all(self) -> None:
-        for number in list(self.channels):
-            await self.close_channel(number)
+    async def close_all(self, sessions: Iterable[ChannelSession]) -> None:
+        for session in list(sessions):
+            await self.close_channel(session)
+
+    def _close_soon(self, handle: ConsumerHandle) -> None:
+        self.spawn(trio.to_thread.run_sync, handle.close)
 
     async def _close_handles(self, handles: list[ConsumerHandle]) -> None:
         for handle in handles:
             await trio.to_thread.run_sync(handle.close)
+
+
+def new_consumer_tag(requested: object) -> str:
+    """The consumer tag asked for, or a server-generated one as RabbitMQ makes them."""
+    return _name(requested) or "amq.ctag-" + secrets.token_urlsafe(16)[:22]

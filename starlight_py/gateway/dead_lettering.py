@@ -31,9 +31,14 @@ from pamqp import commands
 
 from starlight_py.backend.message_codec import DecodedMessage, decode, encode_properties
 from starlight_py.backend.pulsar_admin import BackendUnavailable
-from starlight_py.backend.pulsar_client import BackendError, ConsumerHandle, ReceivedMessage
+from starlight_py.backend.pulsar_client import (
+    BackendError,
+    ConsumerHandle,
+    ProducerHandle,
+    ReceivedMessage,
+)
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.publishing import ProducerPool, joined, message_copies
+from starlight_py.gateway.publishing import ProducerPool, message_copies
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
@@ -83,6 +88,19 @@ _MAX_POLICIES = 512
 _POLICIES: dict[int, tuple[Queue, MessagePolicy]] = {}
 
 
+class _Copies:
+    """The copies of one dead letter still without an outcome; `done` runs on the trio
+    thread once all have one, with ok only when Pulsar stored every copy."""
+
+    __slots__ = ("done", "error", "left", "ok")
+
+    def __init__(self, copies: int, done: Callable[[bool, str], None]) -> None:
+        self.left = copies
+        self.ok = True
+        self.error = ""
+        self.done = done
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     channel: int
@@ -121,7 +139,7 @@ class DeadLetters:
         self._unsettled: Counter[int] = Counter()  # by channel: waiting or being sent
         self._sending: Counter[int] = Counter()  # by channel: handed to Pulsar
         self._holding: Counter[int] = Counter()  # by id() of the source's ConsumerHandle
-        self._results: Batcher[tuple[DeadLetter, bool, str]] = Batcher(
+        self._results: Batcher[tuple[_Copies, ProducerHandle, bool, str]] = Batcher(
             trio.lowlevel.current_trio_token(), self._on_results
         )
 
@@ -236,7 +254,14 @@ class DeadLetters:
         decoded = self._decoded(item.message)
 
         def done(ok: bool, error: str) -> None:
-            self._results.put((item, ok, error))
+            self._sending[item.channel] -= 1
+            if not ok:
+                log.warning(
+                    "Pulsar refused a dead letter of queue %r; it goes back to the queue: %s",
+                    item.queue.name,
+                    error,
+                )
+            self._settle(item, requeue=not ok)
 
         def sending() -> None:
             self._sending[item.channel] += 1
@@ -322,15 +347,24 @@ class DeadLetters:
             priorities,
             dead_properties.priority,
         )
-        joint = joined(len(copies), done)
+        pending = _Copies(len(copies), done)
         sending()
         for copy_topic, copy_properties in copies:
             producer = await self.producers.get(copy_topic)
             while not producer.has_room():
                 await trio.sleep(SEND_BACKOFF)
-            while not producer.send_async(body, copy_properties, joint):
-                await trio.sleep(SEND_BACKOFF)
+            producer.send_tracked(body, copy_properties, self._copy_callback(pending, producer))
         return True
+
+    def _copy_callback(
+        self, pending: _Copies, producer: ProducerHandle
+    ) -> Callable[[bool, str], None]:
+        put = self._results.put
+
+        def done(ok: bool, error: str) -> None:
+            put((pending, producer, ok, error))
+
+        return done
 
     def _decoded(self, message: ReceivedMessage) -> DecodedMessage:
         exchange, key = naming.exchange_and_key_of_topic(message.topic_local)
@@ -356,16 +390,14 @@ class DeadLetters:
 
     # ---- results (trio thread) ----------------------------------------------------------------
 
-    def _on_results(self, results: list[tuple[DeadLetter, bool, str]]) -> None:
-        for item, ok, error in results:
-            self._sending[item.channel] -= 1
-            if not ok:
-                log.warning(
-                    "Pulsar refused a dead letter of queue %r; it goes back to the queue: %s",
-                    item.queue.name,
-                    error,
-                )
-            self._settle(item, requeue=not ok)
+    def _on_results(self, results: list[tuple[_Copies, ProducerHandle, bool, str]]) -> None:
+        for pending, producer, ok, error in results:
+            producer.tracked_done()
+            if not ok and pending.ok:
+                pending.ok, pending.error = False, error
+            pending.left -= 1
+            if not pending.left:
+                pending.done(pending.ok, pending.error)
 
     def _settle(self, item: DeadLetter, requeue: bool) -> None:
         if requeue:

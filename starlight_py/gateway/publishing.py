@@ -1,9 +1,15 @@
-"""basic.publish: route with the watched cache, send to one Pulsar topic with send_async,
-answer confirms in publish order, return unroutable mandatory messages first.
+"""basic.publish: admit and route with the watched cache, send to Pulsar, report outcomes.
 
-Hot path: the exchange and the route come from the in-memory cache; a producer per topic is
-created once (in a worker thread) and reused; send results come back through one Batcher
-per connection, so many confirms cost one wake-up.
+Hot path: a publish whose exchange, route and producer are all known (the cache, the
+producer pool) is planned and sent without awaiting anything (`publish_now`); anything else
+(a name the cache has not seen yet, an unroutable message, a queue length limit, a producer
+to create or a full one) takes `publish`, which may ask ZooKeeper or Pulsar first.
+
+Outcomes: sends carry no callback. At the end of each socket read the connection calls
+`flush()`, which flushes every producer this connection sent to since the last flush; one
+callback per producer reports the outcome of all of them (backend/pulsar_client.py), and
+they reach the trio thread through one Batcher. Each publish's `PublishOutcome` then goes
+to its target: the channel's confirms (core/channel.py), or a transaction's commit.
 """
 
 from __future__ import annotations
@@ -12,12 +18,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
 from pamqp import commands
 
-from starlight_py.amqp.confirms import ConfirmTracker
 from starlight_py.amqp.connection import AMQPConnection
 from starlight_py.amqp.errors import (
     AccessRefused,
@@ -25,21 +31,27 @@ from starlight_py.amqp.errors import (
     NotImplementedMethod,
     PreconditionFailed,
 )
+from starlight_py.amqp.framing import encode_method
+from starlight_py.amqp.hot_frames import Publish, content_frames
 from starlight_py.backend.message_codec import (
     IN_PRIORITY_BAND_KEY,
     REFUSED_BY_KEY,
     encode_properties,
     refused_by_value,
 )
-from starlight_py.backend.pulsar_client import ProducerHandle, PulsarBackend
+from starlight_py.backend.pulsar_client import (
+    TRACKED_SIZE,
+    FlushCallback,
+    ProducerHandle,
+    PulsarBackend,
+)
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import expiration_problem
 from starlight_py.model.namespaces import NamespaceName
-from starlight_py.model.permissions import Access
+from starlight_py.model.permissions import Access, ResourceKind
 from starlight_py.model.priorities import band_of, max_priority_of
 from starlight_py.model.queue_limits import REJECT_PUBLISH_DLX, LengthLimit
 from starlight_py.model.routing import route_with_alternates
@@ -50,6 +62,8 @@ from starlight_py.topology.service import TopologyService
 log = logging.getLogger("starlight.publish")
 
 QUEUE_FULL_BACKOFF = 0.002
+BASIC_PUBLISH = (60, 40)
+DEFAULT_EXCHANGE = Exchange("", "direct")
 
 
 class ProducerPool:
@@ -66,6 +80,14 @@ class ProducerPool:
 
     def __len__(self) -> int:
         return len(self._producers)
+
+    def peek(self, topic: naming.TopicName) -> ProducerHandle | None:
+        """The topic's producer if it exists (no I/O); marks it used."""
+        key = str(topic)
+        producer = self._producers.get(key)
+        if producer is not None:
+            self._last_used[key] = trio.current_time()
+        return producer
 
     async def get(self, topic: naming.TopicName) -> ProducerHandle:
         key = str(topic)
@@ -114,7 +136,7 @@ class ProducerPool:
         records the topic's last message as the binding's end, so a message published
         before the unbind must be written before it (RabbitMQ routes it at publish)."""
         for producer in list(self._producers.values()):
-            producer.flush()
+            producer.flush_blocking()
 
     def close(self) -> None:
         for producer in self._producers.values():
@@ -159,30 +181,6 @@ def message_copies(
     return copies
 
 
-class LengthChecks(Protocol):
-    """Queue length limits on the publish path (gateway/queue_lengths.py, bound to one
-    connection)."""
-
-    async def refusing(
-        self, limits: dict[str, LengthLimit], size: int
-    ) -> set[str]: ...  # the queues that refuse the message
-
-    def published(self, limits: dict[str, LengthLimit]) -> None: ...  # trim drop-head ones
-
-    async def dead_letter_refused(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        properties: commands.Basic.Properties,
-        body: bytes,
-    ) -> None: ...  # for reject-publish-dlx queues
-
-
-# (channel, confirm sequence or None, ok, error text)
-SendResult = tuple[int, int | None, bool, str]
-
-
 def joined(copies: int, done: Callable[[bool, str], None]) -> Callable[[bool, str], None]:
     """A send callback for each of the `copies` of one message that calls `done` once, after
     the last, with ok only when Pulsar stored every copy (the first error otherwise). One
@@ -203,6 +201,61 @@ def joined(copies: int, done: Callable[[bool, str], None]) -> Callable[[bool, st
         done(stored, first_error)
 
     return each
+
+
+class LengthChecks(Protocol):
+    """Queue length limits on the publish path (gateway/queue_lengths.py, bound to one
+    connection)."""
+
+    async def refusing(
+        self, limits: dict[str, LengthLimit], size: int
+    ) -> set[str]: ...  # the queues that refuse the message
+
+    def published(self, limits: dict[str, LengthLimit]) -> None: ...  # trim drop-head ones
+
+    async def dead_letter_refused(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        properties: commands.Basic.Properties,
+        body: bytes,
+    ) -> None: ...  # for reject-publish-dlx queues
+
+
+class OutcomeTarget(Protocol):
+    """Where publish outcomes go: a channel's confirms (core.channel.Channel) or a commit."""
+
+    def reserve_publish(self) -> int: ...  # the publish's number (0: nobody counts them)
+
+    def settle_publishes(self, outcomes: list[tuple[int, bool]]) -> None: ...
+
+
+class PublishOutcome:
+    """The outcome of one publish, complete once each of its copies has one."""
+
+    __slots__ = ("left", "ok", "refused", "seq", "target")
+
+    def __init__(self, target: OutcomeTarget, seq: int, copies: int, refused: bool) -> None:
+        self.target = target
+        self.seq = seq
+        self.left = copies
+        self.ok = True
+        self.refused = refused  # a queue refused it at its length limit: nack at the end
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Where one admitted, routed publish goes."""
+
+    copies: list[tuple[naming.TopicName, dict[str, str]]]
+    delay_ms: int
+    refused: bool
+
+
+# (producer, untracked sends covered, their outcomes, ok, error, when the first was sent)
+_Flushed = tuple[ProducerHandle, int, list[PublishOutcome], bool, str, float]
+_Tracked = tuple[ProducerHandle, PublishOutcome | None, bool, str]
 
 
 class Publisher:
@@ -227,58 +280,166 @@ class Publisher:
         self.producers = producers
         self.kick = kick
         self.metrics = metrics or ProxyMetrics()
-        self.confirms: dict[int, ConfirmTracker] = {}
         self.blocked = False
-        self.results: Batcher[SendResult] = Batcher(
-            trio.lowlevel.current_trio_token(), self._on_results
-        )
+        token = trio.lowlevel.current_trio_token()
+        self._flushed: Batcher[_Flushed] = Batcher(token, self._on_flushed)
+        self._tracked: Batcher[_Tracked] = Batcher(token, self._on_tracked)
+        # Producers sent to since the last flush, with the outcomes waiting for it.
+        self._unflushed: dict[ProducerHandle, tuple[list[PublishOutcome], float]] = {}
+        self._count = 0  # published since the metrics were last updated
+        self._bytes = 0
 
-    def confirm_select(self, channel: int) -> None:
-        self.confirms.setdefault(channel, ConfirmTracker())
+    # ---- the hot path -----------------------------------------------------------------------
 
-    def channel_closed(self, channel: int) -> None:
-        self.confirms.pop(channel, None)
-
-    async def _exchange(self, name: str) -> Exchange:
-        if name == "":
-            return Exchange("", "direct")
-        exchange = self.cache.exchange(self.ctx.vhost, name)
+    def publish_now(
+        self,
+        target: OutcomeTarget,
+        method: Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        raw_properties: bytes,
+    ) -> bool:
+        """Publish without awaiting anything if everything it needs is at hand; False
+        (nothing done) when it is not: then `publish` does it. Raises what `admit` raises."""
+        ctx = self.ctx
+        vhost = ctx.vhost
+        name = method.exchange
+        if method.immediate or (
+            ctx.access.permissions is not None
+            and not ctx.access.allows_now(Access.WRITE, ResourceKind.EXCHANGE, name)
+        ):
+            return False
+        cache = self.cache
+        exchange = DEFAULT_EXCHANGE if name == "" else cache.exchange(vhost, name)
         if exchange is None:
-            # Declared a moment ago (maybe on another proxy): ask ZooKeeper itself.
-            found = await trio.to_thread.run_sync(self.topology.get_exchange, self.ctx.vhost, name)
-            if found is None:
-                raise NotFound(f"no exchange '{name}' in vhost '{self.ctx.vhost}'", (60, 40))
-            exchange = found[0]
-        return exchange
+            return False
+        self._check_message(exchange, properties)
+        routing_key = method.routing_key
+        headers = properties.headers
+        if exchange.alternate_exchange is None:
+            if not cache.has_route(vhost, exchange, routing_key, headers):
+                return False
+            path: tuple[Exchange, ...] = (exchange,)
+        else:
+            path = route_with_alternates(
+                exchange,
+                lambda other: cache.exchange(vhost, other),
+                lambda x: cache.has_route(vhost, x, routing_key, headers),
+            )
+            if not path:
+                return False
+        target_exchange = path[-1]
+        limits = cache.length_limits(vhost)
+        priorities = cache.max_priorities(vhost)
+        if target_exchange.name == "" and (
+            routing_key in limits or cache.queue(vhost, routing_key) is None
+        ):
+            return False
+        routed: set[str] = set()
+        if limits or priorities:
+            routed = cache.routed_queues(vhost, target_exchange, routing_key, headers)
+            if routed & limits.keys():
+                return False  # the limit needs the queue's depth
+        topic = naming.exchange_topic(
+            ctx.namespace, target_exchange.name, target_exchange.routing_type, routing_key
+        )
+        pulsar_properties = encode_properties(name, routing_key, properties, raw_properties)
+        if routed and priorities:
+            copies = message_copies(
+                ctx.namespace,
+                topic,
+                target_exchange,
+                pulsar_properties,
+                routed,
+                set(),
+                priorities,
+                properties.priority,
+            )
+        else:
+            copies = [(topic, pulsar_properties)]
+        producers = []
+        for copy_topic, _ in copies:
+            producer = self.producers.peek(copy_topic)
+            if producer is None or not producer.has_room():
+                return False
+            producers.append(producer)
+        delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
+        outcome = PublishOutcome(target, target.reserve_publish(), len(copies), False)
+        self._count += 1
+        self._bytes += len(body)
+        for producer, (_, copy_properties) in zip(producers, copies, strict=True):
+            self._send(producer, body, copy_properties, outcome, delay_ms)
+        return True
 
-    async def admit(
-        self, method: commands.Basic.Publish, properties: commands.Basic.Properties
-    ) -> Exchange:
+    def _check_message(self, exchange: Exchange, properties: commands.Basic.Properties) -> None:
+        """Raises AccessRefused (internal exchange), PreconditionFailed (user_id of someone
+        else, invalid expiration)."""
+        user_id = properties.user_id
+        if user_id is not None and user_id != self.ctx.user:
+            raise PreconditionFailed(
+                f"user_id property set to '{user_id}' but authenticated user was '{self.ctx.user}'",
+                BASIC_PUBLISH,
+            )
+        if exchange.internal:
+            raise AccessRefused(
+                f"cannot publish to internal exchange '{exchange.name}' in vhost "
+                f"'{self.ctx.vhost}'",
+                BASIC_PUBLISH,
+            )
+        expiration = properties.expiration
+        problem = None if expiration is None else expiration_problem(expiration)
+        if problem is not None:
+            raise PreconditionFailed(f"invalid expiration '{expiration}': {problem}", BASIC_PUBLISH)
+
+    def _send(
+        self,
+        producer: ProducerHandle,
+        body: bytes,
+        pulsar_properties: dict[str, str],
+        outcome: PublishOutcome,
+        delay_ms: int,
+    ) -> None:
+        if delay_ms > 0 or len(body) >= TRACKED_SIZE:
+            # Not batched (delayed), or maybe too large for Pulsar: an outcome of its own.
+            producer.send_tracked(
+                body,
+                pulsar_properties,
+                lambda ok, error: self._tracked.put((producer, outcome, ok, error)),
+                delay_ms,
+            )
+            return
+        producer.send(body, pulsar_properties)
+        waiting = self._unflushed.get(producer)
+        if waiting is None:
+            self._unflushed[producer] = ([outcome], time.monotonic())
+        else:
+            waiting[0].append(outcome)
+
+    # ---- everything else --------------------------------------------------------------------
+
+    async def admit(self, method: Publish, properties: commands.Basic.Properties) -> Exchange:
         """The checks a publish passes before it is routed (also at publish time in a
         transaction, which sends only at commit); returns the target exchange. Raises
         NotFound (no exchange), AccessRefused (no write permission on the exchange, or an
         internal exchange), PreconditionFailed (user_id of someone else, invalid expiration),
         NotImplementedMethod (immediate)."""
         if method.immediate:
-            raise NotImplementedMethod("immediate=true", (60, 40))
-        await self.ctx.access.check_exchange(Access.WRITE, method.exchange or "", (60, 40))
-        user_id = properties.user_id
-        if user_id is not None and user_id != self.ctx.user:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{self.ctx.user}'",
-                (60, 40),
-            )
-        exchange = await self._exchange(method.exchange or "")
-        if exchange.internal:
-            raise AccessRefused(
-                f"cannot publish to internal exchange '{exchange.name}' in vhost "
-                f"'{self.ctx.vhost}'",
-                (60, 40),
-            )
-        expiration = properties.expiration
-        problem = None if expiration is None else expiration_problem(expiration)
-        if problem is not None:
-            raise PreconditionFailed(f"invalid expiration '{expiration}': {problem}", (60, 40))
+            raise NotImplementedMethod("immediate=true", BASIC_PUBLISH)
+        await self.ctx.access.check_exchange(Access.WRITE, method.exchange, BASIC_PUBLISH)
+        exchange = await self._exchange(method.exchange)
+        self._check_message(exchange, properties)
+        return exchange
+
+    async def _exchange(self, name: str) -> Exchange:
+        if name == "":
+            return DEFAULT_EXCHANGE
+        exchange = self.cache.exchange(self.ctx.vhost, name)
+        if exchange is None:
+            # Declared a moment ago (maybe on another proxy): ask ZooKeeper itself.
+            found = await trio.to_thread.run_sync(self.topology.get_exchange, self.ctx.vhost, name)
+            if found is None:
+                raise NotFound(f"no exchange '{name}' in vhost '{self.ctx.vhost}'", BASIC_PUBLISH)
+            exchange = found[0]
         return exchange
 
     async def _route(
@@ -311,41 +472,63 @@ class Publisher:
 
     async def publish(
         self,
-        session: ChannelSession,
-        method: commands.Basic.Publish,
+        target: OutcomeTarget,
+        method: Publish,
         properties: commands.Basic.Properties,
         body: bytes,
-        raw_properties: bytes = b"",
+        raw_properties: bytes,
+        channel: int,
     ) -> None:
-        """Raises what `admit` raises."""
-        channel = session.number
+        """The whole publish path, which may wait for ZooKeeper, Pulsar's stats or a
+        producer. Raises what `admit` raises."""
         exchange = await self.admit(method, properties)
-        routing_key = method.routing_key or ""
+        routing_key = method.routing_key
         headers: dict[str, Any] | None = properties.headers
-        tracker = self.confirms.get(channel)
-        seq = tracker.reserve() if tracker is not None else None
+        seq = target.reserve_publish()
         path = await self._route(exchange, routing_key, headers)
-        self.metrics.published(self.ctx.vhost, len(body))
+        self._count += 1
+        self._bytes += len(body)
         if not path:
             if method.mandatory:
                 self.metrics.returned()
                 method_return = commands.Basic.Return(312, "NO_ROUTE", exchange.name, routing_key)
-                if raw_properties:
-                    self.conn.send_content_raw(channel, method_return, raw_properties, body)
-                else:
-                    self.conn.send_content(channel, method_return, properties, body)
-            if tracker is not None and seq is not None:
-                for frame in tracker.complete(seq, True):
-                    self.conn.send_method(channel, frame)
+                self.conn.write_channel(
+                    channel,
+                    encode_method(channel, method_return)
+                    + content_frames(channel, raw_properties, body, self.conn.frame_max),
+                )
+            target.settle_publishes([(seq, True)])
             return
+        plan = await self._plan(path, method, properties, body, raw_properties)
+        if plan is None:
+            target.settle_publishes([(seq, False)])  # every routed queue refused it
+            return
+        outcome = PublishOutcome(target, seq, len(plan.copies), plan.refused)
+        for copy_topic, copy_properties in plan.copies:
+            producer = await self.producers.get(copy_topic)
+            await self._wait_for_room(producer)
+            self._send(producer, body, copy_properties, outcome, plan.delay_ms)
+
+    async def _plan(
+        self,
+        path: tuple[Exchange, ...],
+        method: Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        raw_properties: bytes,
+    ) -> _Plan | None:
+        """Where a routed message is written; None when every queue it is routed to refuses
+        it at its length limit."""
         # The message goes to the topic of the exchange that routes it (maybe an alternate
         # exchange) but keeps the exchange it was published to, as on RabbitMQ.
         target = path[-1]
+        routing_key = method.routing_key
+        headers = properties.headers
         topic = naming.exchange_topic(
             self.ctx.namespace, target.name, target.routing_type, routing_key
         )
         pulsar_properties = encode_properties(
-            exchange.name, routing_key, properties, raw_properties or None
+            method.exchange, routing_key, properties, raw_properties
         )
         vhost = self.ctx.vhost
         limits = self.cache.length_limits(vhost)  # usually empty: one lookup
@@ -372,13 +555,10 @@ class Publisher:
                 for queue in sorted(refusing):
                     if limited[queue].overflow == REJECT_PUBLISH_DLX:
                         await self.lengths.dead_letter_refused(
-                            queue, exchange.name, routing_key, properties, body
+                            queue, method.exchange, routing_key, properties, body
                         )
                 if refusing >= routed:
-                    if tracker is not None and seq is not None:
-                        for frame in tracker.complete(seq, False):
-                            self.conn.send_method(channel, frame)
-                    return
+                    return None
             if limited:
                 self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
         copies = message_copies(
@@ -392,42 +572,23 @@ class Publisher:
             properties.priority,
         )
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
-        handed_over = time.monotonic()
-        stored = joined(
-            len(copies),
-            lambda ok, error: self.results.put((channel, seq, ok and not refusing, error)),
-        )
-
-        def done(ok: bool, error: str) -> None:
-            self.metrics.send_done(ok, time.monotonic() - handed_over)
-            stored(ok, error)
-
-        for copy_topic, copy_properties in copies:
-            producer = await self.producers.get(copy_topic)
-            await self._send(producer, body, copy_properties, done, delay_ms)
+        return _Plan(copies, delay_ms, bool(refusing))
 
     async def _with_fresh_priority(self, queue: str, priorities: dict[str, int]) -> dict[str, int]:
         found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)
         max_priority = None if found is None else max_priority_of(found[0].arguments)
         return priorities if max_priority is None else {**priorities, queue: max_priority}
 
-    async def _send(
-        self,
-        producer: ProducerHandle,
-        body: bytes,
-        pulsar_properties: dict[str, str],
-        done: Callable[[bool, str], None],
-        delay_ms: int,
-    ) -> None:
-        if producer.has_room() and producer.send_async(body, pulsar_properties, done, delay_ms):
+    async def _wait_for_room(self, producer: ProducerHandle) -> None:
+        if producer.has_room():
             return
         # Pulsar is behind: stop reading this client until it catches up, and say so to
-        # clients that understand connection.blocked.
+        # clients that understand connection.blocked. What was sent is flushed, or no
+        # outcome would ever make room.
+        self.flush()
         self._set_blocked(True)
         try:
-            while not (
-                producer.has_room() and producer.send_async(body, pulsar_properties, done, delay_ms)
-            ):
+            while not producer.has_room():
                 await trio.sleep(QUEUE_FULL_BACKOFF)
         finally:
             self._set_blocked(False)
@@ -445,16 +606,77 @@ class Publisher:
             self.conn.send_method(0, commands.Connection.Unblocked())
         self.kick()
 
-    def _on_results(self, results: list[SendResult]) -> None:
-        for channel, seq, ok, error in results:
+    # ---- outcomes -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """End of a batch of publishes: flush every producer sent to, and publish the
+        batch's metrics."""
+        if self._count:
+            self.metrics.published(self.ctx.vhost, self._count, self._bytes)
+            self._count = self._bytes = 0
+        if not self._unflushed:
+            return
+        unflushed, self._unflushed = self._unflushed, {}
+        for producer, (outcomes, since) in unflushed.items():
+            producer.flush(self._flush_callback(producer, outcomes, since))
+
+    def _flush_callback(
+        self, producer: ProducerHandle, outcomes: list[PublishOutcome], since: float
+    ) -> FlushCallback:
+        put = self._flushed.put
+
+        def done(covered: int, ok: bool, error: str) -> None:
+            put((producer, covered, outcomes, ok, error, since))
+
+        return done
+
+    def _on_flushed(self, results: list[_Flushed]) -> None:
+        by_target: dict[OutcomeTarget, list[tuple[int, bool]]] = {}
+        now = time.monotonic()
+        for producer, covered, outcomes, ok, error, since in results:
+            producer.flushed(covered)
+            self.metrics.sends_done(ok, len(outcomes), now - since)
             if not ok:
-                log.warning("publish on channel %s failed in Pulsar: %s", channel, error)
-            tracker = self.confirms.get(channel)
-            if seq is None or tracker is None:
-                continue
-            for frame in tracker.complete(seq, ok):
-                self.conn.send_method(channel, frame)
+                log.warning("%d publish(es) failed in Pulsar: %s", len(outcomes), error)
+            for outcome in outcomes:
+                self._settle(outcome, ok, by_target)
+        for target, settled in by_target.items():
+            target.settle_publishes(settled)
         self.kick()
 
+    def _on_tracked(self, results: list[_Tracked]) -> None:
+        by_target: dict[OutcomeTarget, list[tuple[int, bool]]] = {}
+        for producer, outcome, ok, error in results:
+            producer.tracked_done()
+            self.metrics.sends_done(ok, 1, 0.0)
+            if not ok:
+                log.warning("a publish failed in Pulsar: %s", error)
+            if outcome is not None:
+                self._settle(outcome, ok, by_target)
+        for target, settled in by_target.items():
+            target.settle_publishes(settled)
+        self.kick()
+
+    @staticmethod
+    def _settle(
+        outcome: PublishOutcome,
+        ok: bool,
+        by_target: dict[OutcomeTarget, list[tuple[int, bool]]],
+    ) -> None:
+        if not ok:
+            outcome.ok = False
+        outcome.left -= 1
+        if outcome.left:
+            return
+        settled = by_target.get(outcome.target)
+        if settled is None:
+            settled = by_target[outcome.target] = []
+        settled.append((outcome.seq, outcome.ok and not outcome.refused))
+
+    @property
+    def unflushed(self) -> bool:
+        return bool(self._unflushed)
+
     def close(self) -> None:
-        self.results.close()
+        self._flushed.close()
+        self._tracked.close()

@@ -328,10 +328,7 @@ def live_counts(services: ProxyServices) -> LiveCounts:
     connections = list(services.connections)
     channels = sum(len(c.channels) for c in connections)
     consumers = sum(
-        len(state.consumers)
-        for c in connections
-        if c.messages is not None
-        for state in list(c.messages.consumers.channels.values())
+        len(session.core.consumers) for c in connections for session in list(c.channels.values())
     )
     return LiveCounts(len(connections), channels, consumers, len(services.producers))
 

@@ -4,7 +4,7 @@ thread), AMQP replies out. RabbitMQ's name rules and reply texts come from model
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -72,35 +72,34 @@ class TopologyMethods:
         return await trio.to_thread.run_sync(call, *args)
 
     async def handle(
-        self, ctx: VhostContext, session: ChannelSession, method: PamqpMethod, reply: Reply
+        self, ctx: VhostContext, session: ChannelSession, method: object, reply: Reply
     ) -> bool:
         """Carry out `method` if it is a topology method; False when it is not one."""
-        if isinstance(method, commands.Exchange.Declare):
-            await self._exchange_declare(ctx, method, reply)
-        elif isinstance(method, commands.Exchange.Delete):
-            await self._exchange_delete(ctx, method, reply)
-        elif isinstance(method, commands.Queue.Declare):
-            await self._queue_declare(ctx, session, method, reply)
-        elif isinstance(method, commands.Queue.Delete):
-            await self._queue_delete(ctx, session, method, reply)
-        elif isinstance(method, commands.Queue.Bind):
-            await self._queue_bind(ctx, session, method, reply)
-        elif isinstance(method, commands.Queue.Unbind):
-            await self._queue_unbind(ctx, session, method, reply)
-        elif isinstance(method, commands.Queue.Purge):
-            name = self._queue_name(ctx, session, _text(method.queue), (50, 30))
-            await ctx.access.check_queue(Access.READ, name, (50, 30))
-            count = await self._run(
-                self.service.purge_queue, ctx.vhost, ctx.namespace, name, ctx.owner
-            )
-            if not method.nowait:
-                reply(commands.Queue.PurgeOk(count))
-        else:
+        handler = _HANDLERS.get(type(method))
+        if handler is None:
             return False
+        await handler(self, ctx, session, method, reply)
         return True
 
+    async def _queue_purge(
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Queue.Purge,
+        reply: Reply,
+    ) -> None:
+        name = self._queue_name(ctx, session, _text(method.queue), (50, 30))
+        await ctx.access.check_queue(Access.READ, name, (50, 30))
+        count = await self._run(self.service.purge_queue, ctx.vhost, ctx.namespace, name, ctx.owner)
+        if not method.nowait:
+            reply(commands.Queue.PurgeOk(count))
+
     async def _exchange_declare(
-        self, ctx: VhostContext, method: commands.Exchange.Declare, reply: Reply
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Exchange.Declare,
+        reply: Reply,
     ) -> None:
         name = _text(method.exchange)
         check_not_default_exchange(name, (40, 10))
@@ -121,7 +120,11 @@ class TopologyMethods:
             reply(commands.Exchange.DeclareOk())
 
     async def _exchange_delete(
-        self, ctx: VhostContext, method: commands.Exchange.Delete, reply: Reply
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Exchange.Delete,
+        reply: Reply,
     ) -> None:
         name = _text(method.exchange)
         check_exchange_deletable(name, ctx.vhost)
@@ -286,3 +289,14 @@ class TopologyMethods:
                 with contextlib.suppress(Exception):
                     await self._run(self.service.release_owner, ctx.vhost, name)
             ctx.exclusive_queues.clear()
+
+
+_HANDLERS: dict[type, Callable[..., Awaitable[None]]] = {
+    commands.Exchange.Declare: TopologyMethods._exchange_declare,
+    commands.Exchange.Delete: TopologyMethods._exchange_delete,
+    commands.Queue.Declare: TopologyMethods._queue_declare,
+    commands.Queue.Delete: TopologyMethods._queue_delete,
+    commands.Queue.Bind: TopologyMethods._queue_bind,
+    commands.Queue.Unbind: TopologyMethods._queue_unbind,
+    commands.Queue.Purge: TopologyMethods._queue_purge,
+}

@@ -71,11 +71,16 @@ class RankedPending(Generic[T]):
 
     def pop(self) -> T:
         """The oldest item of the highest rank; raises IndexError when empty."""
+        return self.pop_ranked()[1]
+
+    def pop_ranked(self) -> tuple[int, T]:
+        """(rank, item) of the oldest item of the highest rank; raises IndexError when
+        empty."""
         for rank in self._order:
             queue = self._ranks[rank]
             if queue:
                 self._size -= 1
-                return queue.popleft()
+                return rank, queue.popleft()
         raise IndexError("pop from an empty RankedPending")
 
     def top_rank(self) -> int | None:

@@ -34,7 +34,7 @@ from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
 
 from starlight_py.amqp import events as ev
-from starlight_py.amqp import framing
+from starlight_py.amqp import framing, hot_frames
 from starlight_py.amqp.connection import (
     FRAME_MIN_SIZE,
     AMQPConnection,
@@ -243,6 +243,7 @@ def chunked(draw: st.DrawFn, data: bytes) -> list[bytes]:
 
 # ---- the frame decoder ---------------------------------------------------------------------
 
+HOT_METHODS = (hot_frames.Publish, hot_frames.Ack, hot_frames.Nack, hot_frames.Reject)
 FRAME_MAXES = st.sampled_from([4096, 8192, 131072]) | st.integers(8, 600)
 
 
@@ -250,7 +251,7 @@ def check_decoded(frames: list[framing.Frame], frame_max: int) -> None:
     for frame in frames:
         assert 0 <= frame.channel <= 0xFFFF
         if isinstance(frame, framing.MethodFrame):
-            assert isinstance(frame.method, PamqpMethod)
+            assert isinstance(frame.method, (PamqpMethod, *HOT_METHODS))
         elif isinstance(frame, framing.HeaderFrame):
             assert isinstance(frame.properties, commands.Basic.Properties)
         elif isinstance(frame, framing.BodyFrame):

@@ -200,7 +200,12 @@ def test_exchange_type_names_are_exact() -> None:
     assert exchange_topic(NS, "x", "Direct", "k").local == "x"
 
 
-@given(NAMES.filter(bool), NAMES)
+# `amq.default` names the default exchange (RabbitMQ refuses to declare any `amq.*` name), so
+# its topics are the default exchange's.
+EXCHANGE_NAMES = NAMES.filter(lambda name: bool(name) and name != "amq.default")
+
+
+@given(EXCHANGE_NAMES, NAMES)
 def test_direct_exchange_topics_parse_back(exchange: str, key: str) -> None:
     topic = exchange_topic(NS, exchange, "direct", key)
     assert parse_exchange_topic(topic.local) == (exchange, key)
@@ -216,7 +221,7 @@ def test_default_exchange_topics_parse_back(key: str) -> None:
     assert parse_exchange_topic(exchange_topic(NS, "", "direct", key).local) == ("", key)
 
 
-@given(NAMES.filter(bool))
+@given(EXCHANGE_NAMES)
 def test_whole_exchange_topics_parse_back(exchange: str) -> None:
     assert parse_exchange_topic(exchange_topic(NS, exchange, "topic", "k").local) == (
         exchange,

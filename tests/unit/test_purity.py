@@ -1,4 +1,5 @@
-"""The wire layer and the domain model are pure: no I/O, no event loop, no service clients.
+"""The wire layer, the domain model and the message core are pure: no I/O, no event loop,
+no service clients.
 
 Checked on the source with `ast`, so an import inside a function is caught too.
 """
@@ -11,12 +12,17 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "starlight_py"
-PURE_PACKAGES = ("amqp", "model")
+PURE_PACKAGES = ("amqp", "model", "core")
 BANNED = frozenset(
     {"trio", "socket", "kazoo", "pulsar", "asyncio", "threading", "urllib", "ssl", "subprocess"}
 )
 # What a pure module may import from this project: only other pure modules.
-PURE_PROJECT_MODULES = ("starlight_py.amqp", "starlight_py.model", "starlight_py.units")
+PURE_PROJECT_MODULES = (
+    "starlight_py.amqp",
+    "starlight_py.model",
+    "starlight_py.core",
+    "starlight_py.units",
+)
 
 PURE_MODULES = sorted(p for package in PURE_PACKAGES for p in (PACKAGE / package).rglob("*.py"))
 

@@ -1,0 +1,647 @@
+"""The RabbitMQ semantics of one AMQP channel, without I/O: the message core.
+
+Theory of operation
+-------------------
+One `Channel` owns everything a channel's messages go through: the sequence numbers and
+outcomes of its publishes (confirms), its consumers with their credit and the messages read
+for them, its delivery tags and unacked deliveries, and its transaction. The gateway calls
+it with what happened (usually a batch: every message Pulsar handed over, every outcome of
+a flush) and it answers in two ways:
+
+- frames for the client, written at once, in order, to its `FrameSink` (the sans-IO
+  `AMQPConnection`), so a return is always written before the confirm of its publish and a
+  consume-ok before the first delivery;
+- `commands` for the gateway to carry out against Pulsar (acknowledge, requeue, reject,
+  pause or resume reading, close a cancelled consumer's Pulsar consumers), taken with
+  `take_commands()` after each call.
+
+It never blocks, never reads a clock of its own (one is injected for priority queues) and
+knows nothing of Pulsar: messages are opaque `sources` that come back in commands. Whether a
+message read for a consumer is still the queue's to deliver (routing, expiry, delivery
+limit) is the gateway's to say, through the injected `vet` function, asked at the moment of
+delivery.
+
+Errors a client caused (an unknown delivery tag, a mode switch RabbitMQ refuses) are raised
+as `AMQPError`s; the connection's one `fail()` turns them into channel.close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pamqp import commands as amqp
+
+from starlight_py.amqp import hot_frames
+from starlight_py.amqp.errors import NotAllowed, NotImplementedMethod, PreconditionFailed
+from starlight_py.amqp.framing import encode_method
+from starlight_py.amqp.transactions import (
+    CONFIRM_SELECT,
+    TX_COMMIT,
+    TX_ROLLBACK,
+    TX_SELECT,
+    BufferedPublish,
+    BufferedSettlement,
+    ChannelTransaction,
+    TransactionLimit,
+)
+from starlight_py.core.commands import (
+    AckMessages,
+    Command,
+    ConsumerSettled,
+    DrainLater,
+    GiveBack,
+    PauseReading,
+    RejectMessages,
+    RequeueMessages,
+    ResumeReading,
+    Unacked,
+)
+from starlight_py.core.confirms import Confirms
+from starlight_py.model.priorities import RankedPending
+
+# A consumer without prefetch reads this many messages ahead at most.
+UNLIMITED_READ_AHEAD = 1000
+# A no-ack consumer stops while this much output waits for the client to read it.
+MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
+# How long a priority queue's consumer holds back lower bands after a higher one ran empty
+# (model/priorities.py: a band's next message is a Pulsar round trip away).
+BAND_REFILL_WAIT = 0.05
+
+BASIC_ACK = (60, 80)
+BASIC_REJECT = (60, 90)
+BASIC_NACK = (60, 120)
+BASIC_RECOVER = (60, 110)
+BASIC_CONSUME = (60, 20)
+
+
+class FrameSink(Protocol):
+    """Where the core writes frames: `AMQPConnection` (dropped once the channel closed)."""
+
+    @property
+    def pending_output(self) -> int: ...  # bytes written and not yet sent
+
+    def write_channel(self, channel: int, data: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Deliverable:
+    """A message as the client gets it (what `vet` says of a source it lets through)."""
+
+    exchange: str
+    routing_key: str
+    raw_properties: bytes
+    body: bytes
+    redelivered: bool
+    queue: Any = None  # the queue record, kept with the delivery for dead-lettering
+
+
+# vet(consumer, source): the message as it is to be delivered now, or None when it is not
+# (another binding's message, expired, over its delivery limit: the gateway has already
+# acknowledged or dead-lettered it).
+Vet = Callable[["Consumer", Any], Deliverable | None]
+
+
+class Consumer:
+    """One basic.consume of a channel, as the core sees it."""
+
+    __slots__ = (
+        "cancelled",
+        "encoded_tag",
+        "exclusive",
+        "link",
+        "no_ack",
+        "pending",
+        "prefetch",
+        "queue",
+        "ranks",
+        "reading",
+        "refilling",
+        "started",
+        "tag",
+        "unacked",
+        "wake_pending",
+    )
+
+    def __init__(
+        self, tag: str, queue: str, no_ack: bool, prefetch: int, exclusive: bool, link: Any
+    ) -> None:
+        self.tag = tag
+        self.encoded_tag = hot_frames.short_string(tag)
+        self.queue = queue
+        self.no_ack = no_ack
+        self.prefetch = prefetch
+        self.exclusive = exclusive
+        self.link = link  # the gateway's record of this consumer
+        self.pending: RankedPending[Any] = RankedPending()
+        # Priority bands read (rank 1 + band); empty for an ordinary queue.
+        self.ranks: set[int] = set()
+        # A priority queue's bands that may be refilling: rank -> when it last ran empty.
+        self.refilling: dict[int, float] = {}
+        # What the gateway was last told: reading or not, per band (None: every subscription).
+        self.reading: dict[int | None, bool] = {}
+        self.wake_pending = False
+        self.unacked = 0
+        self.started = False
+        self.cancelled = False
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.tag!r}, queue={self.queue!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What a closed channel held: its unacked deliveries go back to their queues (the
+    gateway closes the Pulsar consumers, which requeues them), its waiting messages too."""
+
+    unacked: list[Unacked]
+    pending: list[Any]
+    consumers: list[Consumer]
+
+
+class Tally:
+    """Counters for metrics, kept locally and published once per batch by the gateway."""
+
+    __slots__ = ("delivered", "delivered_bytes", "redelivered")
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.delivered_bytes = 0
+        self.redelivered = 0
+
+
+class TransactionBudget:
+    """The transaction buffer limit of one connection, shared by its channels."""
+
+    def __init__(self, limit: TransactionLimit) -> None:
+        self.limit = limit
+        self.transactions: dict[int, ChannelTransaction] = {}
+
+    def elsewhere(self, channel: int) -> int:
+        return sum(t.size for n, t in self.transactions.items() if n != channel)
+
+
+class Channel:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        number: int,
+        sink: FrameSink,
+        vet: Vet,
+        *,
+        frame_max: int,
+        clock: Callable[[], float],
+        tally: Tally | None = None,
+        budget: TransactionBudget | None = None,
+    ) -> None:
+        self.number = number
+        self.sink = sink
+        self.vet = vet
+        self.frame_max = frame_max
+        self.clock = clock
+        self.tally = tally or Tally()
+        self.budget = budget or TransactionBudget(TransactionLimit(1 << 62))
+        self.confirms: Confirms | None = None
+        self.transaction: ChannelTransaction | None = None
+        self.next_tag = 1
+        # Insertion order is tag order: tags only grow and are never re-inserted.
+        self.unacked: dict[int, Unacked] = {}
+        self.consumers: dict[str, Consumer] = {}
+        self.prefetch_consumer = 0  # basic.qos global=false: for consumers started later
+        self.prefetch_global = 0  # basic.qos global=true: the whole channel
+        self.closed = False
+        self._commands: list[Command] = []
+        # Cancelled consumers with deliveries still unacked.
+        self._retired: dict[Consumer, int] = {}
+
+    def take_commands(self) -> list[Command]:
+        """The commands since the last call (see core/commands.py)."""
+        taken, self._commands = self._commands, []
+        return taken
+
+    def _write(self, data: bytes) -> None:
+        self.sink.write_channel(self.number, data)
+
+    def write_method(self, method: Any) -> None:
+        """Write a reply the gateway decided on (cancel-ok after its consumer is gone...)
+        in order with the core's own frames."""
+        self._write(encode_method(self.number, method))
+
+    _reply = write_method
+
+    # ---- publishing --------------------------------------------------------------------------
+
+    def confirm_select(self, nowait: bool) -> None:
+        """confirm.select. Raises PreconditionFailed on a transactional channel."""
+        if self.transaction is not None:
+            raise PreconditionFailed("cannot switch from tx to confirm mode", CONFIRM_SELECT)
+        if self.confirms is None:
+            self.confirms = Confirms()
+        if not nowait:
+            self._reply(amqp.Confirm.SelectOk())
+
+    def reserve_publish(self) -> int:
+        """The confirm sequence number of a publish, in publish order; 0 when the channel
+        does not confirm."""
+        confirms = self.confirms
+        return 0 if confirms is None else confirms.reserve()
+
+    def settle_publishes(self, outcomes: Iterable[tuple[int, bool]]) -> None:
+        """Outcomes of publishes (sequence number, stored or not), in any order; writes the
+        confirms they complete, one per run of equal outcomes."""
+        confirms = self.confirms
+        if confirms is None:
+            return
+        for seq, ok in outcomes:
+            if seq:
+                confirms.settle(seq, ok)
+        for last, multiple, ok in confirms.runs():
+            self._write(hot_frames.encode_confirm(self.number, last, multiple, ok))
+
+    @property
+    def unconfirmed(self) -> int:
+        return 0 if self.confirms is None else self.confirms.outstanding
+
+    # ---- consumers ---------------------------------------------------------------------------
+
+    def qos(self, prefetch_count: int, global_: bool) -> None:
+        if global_:
+            self.prefetch_global = prefetch_count
+        else:
+            self.prefetch_consumer = prefetch_count
+        self._reply(amqp.Basic.QosOk())
+        for consumer in list(self.consumers.values()):
+            self._drain(consumer)
+
+    def check_tag_free(self, tag: str) -> None:
+        """Raises NotAllowed when a consumer of this channel has the tag."""
+        if tag in self.consumers:
+            raise NotAllowed(f"attempt to reuse consumer tag '{tag}'", BASIC_CONSUME)
+
+    def add_consumer(
+        self, tag: str, queue: str, no_ack: bool, exclusive: bool, link: Any = None
+    ) -> Consumer:
+        """A consumer being set up: messages handed in for it wait until `start_consumer`.
+        Raises NotAllowed when the tag is in use on this channel."""
+        self.check_tag_free(tag)
+        consumer = Consumer(tag, queue, no_ack, self.prefetch_consumer, exclusive, link)
+        self.consumers[tag] = consumer
+        return consumer
+
+    def reads_band(self, consumer: Consumer, rank: int) -> None:
+        """The consumer reads priority band `rank` (1 + band) of a priority queue."""
+        if rank > 0:
+            consumer.ranks.add(rank)
+            consumer.refilling[rank] = self.clock()
+
+    def start_consumer(self, consumer: Consumer, nowait: bool) -> None:
+        """Setting up succeeded: basic.consume-ok (unless nowait), then deliveries."""
+        if not nowait:
+            self._reply(amqp.Basic.ConsumeOk(consumer.tag))
+        consumer.started = True
+        self._drain(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Setting up failed: forget the consumer; what was read for it goes back."""
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
+        consumer.cancelled = True
+        waiting = consumer.pending.take_all()
+        if waiting:
+            self._commands.append(GiveBack(waiting))
+
+    def messages_arrived(self, consumer: Consumer, items: Iterable[tuple[int, Any]]) -> None:
+        """Messages Pulsar handed over for a consumer: (rank, source) each, rank 0 for a
+        binding subscription, 1 + band for a priority band. Delivered as credit allows."""
+        if consumer.cancelled:
+            self._commands.append(GiveBack([source for _, source in items]))
+            return
+        pending = consumer.pending
+        for rank, source in items:
+            pending.put(rank, source)
+        self._drain(consumer)
+
+    def drain(self, consumer: Consumer) -> None:
+        """Deliver what credit allows (after a DrainLater, or the output backlog shrank)."""
+        consumer.wake_pending = False
+        if not consumer.cancelled:
+            self._drain(consumer)
+
+    def output_drained(self) -> None:
+        """The client read our output backlog: no-ack consumers may go on."""
+        for consumer in list(self.consumers.values()):
+            if consumer.pending or not all(consumer.reading.values()):
+                self._drain(consumer)
+
+    def _has_credit(self, consumer: Consumer) -> bool:
+        if consumer.no_ack:
+            return self.sink.pending_output < MAX_OUTPUT_BACKLOG
+        if consumer.prefetch and consumer.unacked >= consumer.prefetch:
+            return False
+        return not (self.prefetch_global and len(self.unacked) >= self.prefetch_global)
+
+    def _drain(self, consumer: Consumer) -> None:
+        pending = consumer.pending
+        banded = bool(consumer.ranks)
+        if pending and consumer.started and not consumer.cancelled:
+            acked: list[Any] = []
+            vet = self.vet
+            tally = self.tally
+            number = self.number
+            frame_max = self.frame_max
+            while pending and self._has_credit(consumer):
+                if banded and self._wait_for_higher_band(consumer):
+                    break
+                rank, source = pending.pop_ranked()
+                if rank > 0 and pending.count(rank) == 0:
+                    consumer.refilling[rank] = self.clock()
+                deliverable = vet(consumer, source)
+                if deliverable is None:
+                    continue
+                tag = self.next_tag
+                self.next_tag = tag + 1
+                if consumer.no_ack:
+                    acked.append(source)
+                else:
+                    self.unacked[tag] = Unacked(source, consumer, deliverable.queue)
+                    consumer.unacked += 1
+                body = deliverable.body
+                tally.delivered += 1
+                tally.delivered_bytes += len(body)
+                if deliverable.redelivered:
+                    tally.redelivered += 1
+                self._write(
+                    hot_frames.encode_deliver(
+                        number,
+                        consumer.encoded_tag,
+                        tag,
+                        deliverable.redelivered,
+                        deliverable.exchange,
+                        deliverable.routing_key,
+                        deliverable.raw_properties,
+                        body,
+                        frame_max,
+                    )
+                )
+            if acked:
+                self._commands.append(AckMessages(acked))
+        self._flow(consumer)
+
+    def _flow(self, consumer: Consumer) -> None:
+        """Tell the gateway to stop or go on reading Pulsar for the consumer."""
+        limit = max(1, consumer.prefetch or UNLIMITED_READ_AHEAD)
+        if consumer.ranks:
+            # A priority queue's consumer keeps up to `limit` messages of each band at hand
+            # even without credit, so that a message of a higher band published meanwhile
+            # is the next one delivered.
+            for rank in consumer.ranks:
+                wanted = not consumer.cancelled and consumer.pending.count(rank) < limit
+                self._set_reading(consumer, rank, wanted)
+            return
+        full = not self._has_credit(consumer) or len(consumer.pending) > 2 * limit
+        self._set_reading(consumer, None, not (full or consumer.cancelled))
+
+    def _set_reading(self, consumer: Consumer, rank: int | None, wanted: bool) -> None:
+        if consumer.reading.get(rank, True) is wanted:
+            return
+        consumer.reading[rank] = wanted
+        self._commands.append(
+            ResumeReading(consumer, rank) if wanted else PauseReading(consumer, rank)
+        )
+
+    def _wait_for_higher_band(self, consumer: Consumer) -> bool:
+        """Whether to hold back the waiting message because a higher band ran empty less
+        than BAND_REFILL_WAIT ago: Pulsar sends a band's next message only once the previous
+        was taken, and that round trip must not let a lower band's message overtake it.
+        Asks for a later drain when holding back."""
+        top = consumer.pending.top_rank()
+        if top is None:
+            return False
+        now = self.clock()
+        until = max(
+            (
+                since + BAND_REFILL_WAIT
+                for rank, since in consumer.refilling.items()
+                if rank > top and now - since < BAND_REFILL_WAIT
+            ),
+            default=None,
+        )
+        if until is None:
+            return False
+        if not consumer.wake_pending:
+            consumer.wake_pending = True
+            self._commands.append(DrainLater(consumer, until - now))
+        return True
+
+    # ---- settling deliveries ---------------------------------------------------------------
+
+    def ack(self, tag: int, multiple: bool) -> None:
+        """basic.ack. Raises PreconditionFailed for an unknown tag (406, as RabbitMQ)."""
+        if self.transaction is not None:
+            self.transaction.add_settlement(self.unacked, tag, multiple, None, BASIC_ACK)
+            return
+        taken = self._take(tag, multiple, BASIC_ACK)
+        if taken:
+            self._commands.append(AckMessages([item.source for item in taken]))
+        self._after_settle()
+
+    def nack(self, tag: int, multiple: bool, requeue: bool) -> None:
+        """basic.nack. Raises PreconditionFailed for an unknown tag."""
+        self._reject(tag, multiple, requeue, BASIC_NACK)
+
+    def reject(self, tag: int, requeue: bool) -> None:
+        """basic.reject. Raises PreconditionFailed for an unknown tag."""
+        self._reject(tag, False, requeue, BASIC_REJECT)
+
+    def _reject(self, tag: int, multiple: bool, requeue: bool, method: tuple[int, int]) -> None:
+        if self.transaction is not None:
+            self.transaction.add_settlement(self.unacked, tag, multiple, requeue, method)
+            return
+        self._reject_now(self._take(tag, multiple, method), requeue)
+        self._after_settle()
+
+    def _reject_now(self, taken: list[Unacked], requeue: bool) -> None:
+        if taken:
+            self._commands.append(RequeueMessages(taken) if requeue else RejectMessages(taken))
+
+    def recover(self, requeue: bool) -> None:
+        """basic.recover: every unacked delivery goes back to its queue (on a transactional
+        channel, those this transaction settled stay settled until commit or rollback).
+        Raises NotImplementedMethod for requeue=false, which RabbitMQ refuses too."""
+        if not requeue:
+            raise NotImplementedMethod("requeue=false", BASIC_RECOVER)
+        settled = self.transaction.settled_tags if self.transaction is not None else set()
+        taken = [self.unacked[t] for t in self.unacked if t not in settled]
+        for tag in [t for t in self.unacked if t not in settled]:
+            del self.unacked[tag]
+        self._released(taken)
+        self._reject_now(taken, True)
+        self._reply(amqp.Basic.RecoverOk())
+        self._after_settle()
+
+    def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
+        unacked = self.unacked
+        if multiple:
+            tags: list[int] = []
+            for held in unacked:
+                if tag and held > tag:
+                    break
+                tags.append(held)
+            if tag and not tags:
+                raise PreconditionFailed(f"unknown delivery tag {tag}", method)
+        else:
+            if tag not in unacked:
+                raise PreconditionFailed(f"unknown delivery tag {tag}", method)
+            tags = [tag]
+        taken = [unacked.pop(t) for t in tags]
+        self._released(taken)
+        return taken
+
+    def _released(self, taken: list[Unacked]) -> None:
+        for item in taken:
+            consumer = item.consumer
+            if consumer is not None:
+                consumer.unacked -= 1
+                if consumer.cancelled and consumer.unacked == 0:
+                    self._commands.append(ConsumerSettled(consumer))
+
+    def _after_settle(self) -> None:
+        for consumer in list(self.consumers.values()):
+            self._drain(consumer)
+
+    # ---- cancel --------------------------------------------------------------------------------
+
+    def cancel(self, tag: str) -> Consumer | None:
+        """basic.cancel: the consumer stops; what it delivered stays unacked with the channel
+        (RabbitMQ does not requeue it), what was read for it and not delivered goes back.
+        None for an unknown tag (RabbitMQ answers cancel-ok all the same)."""
+        consumer = self.consumers.pop(tag, None)
+        if consumer is None:
+            return None
+        consumer.cancelled = True
+        waiting = consumer.pending.take_all()
+        if waiting:
+            self._commands.append(GiveBack(waiting))
+        if consumer.unacked == 0:
+            self._commands.append(ConsumerSettled(consumer))
+        return consumer
+
+    def holding(self, consumer: Consumer) -> list[Any]:
+        """The sources of the consumer's deliveries still unacked."""
+        return [item.source for item in self.unacked.values() if item.consumer is consumer]
+
+    # ---- basic.get ----------------------------------------------------------------------------
+
+    def deliver_get(
+        self, source: Any, deliverable: Deliverable, no_ack: bool, remaining: int
+    ) -> int:
+        """basic.get-ok for a message the gateway fetched; returns its delivery tag."""
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if no_ack:
+            self._commands.append(AckMessages([source]))
+        else:
+            self.unacked[tag] = Unacked(source, None, deliverable.queue)
+        body = deliverable.body
+        self.tally.delivered += 1
+        self.tally.delivered_bytes += len(body)
+        if deliverable.redelivered:
+            self.tally.redelivered += 1
+        method = amqp.Basic.GetOk(
+            tag,
+            deliverable.redelivered,
+            deliverable.exchange,
+            deliverable.routing_key,
+            remaining,
+        )
+        self._write(
+            encode_method(self.number, method)
+            + hot_frames.content_frames(
+                self.number, deliverable.raw_properties, body, self.frame_max
+            )
+        )
+        return tag
+
+    def get_empty(self) -> None:
+        self._reply(amqp.Basic.GetEmpty())
+
+    # ---- transactions -------------------------------------------------------------------------
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.transaction is not None
+
+    def tx_select(self) -> None:
+        """tx.select. Raises PreconditionFailed on a confirm channel."""
+        if self.confirms is not None:
+            raise PreconditionFailed("cannot switch from confirm to tx mode", TX_SELECT)
+        if self.transaction is None:
+            self.transaction = ChannelTransaction()
+            self.budget.transactions[self.number] = self.transaction
+        self._reply(amqp.Tx.SelectOk())
+
+    def tx_publish(self, publish: BufferedPublish) -> None:
+        """Buffer a publish (already admitted) until commit. Raises PreconditionFailed past
+        the connection's transaction limit."""
+        assert self.transaction is not None
+        self.transaction.add_publish(publish, self.budget.limit, self.budget.elsewhere(self.number))
+
+    def tx_commit(self) -> tuple[list[BufferedPublish], list[BufferedSettlement]]:
+        """tx.commit, first half: what the gateway publishes (waiting until Pulsar wrote all
+        of it) before calling `tx_committed` with the settlements. Raises
+        PreconditionFailed outside a transaction."""
+        if self.transaction is None:
+            raise PreconditionFailed("channel is not transactional", TX_COMMIT)
+        return self.transaction.take()
+
+    def tx_committed(
+        self, settlements: list[BufferedSettlement], failed: int, published: int
+    ) -> None:
+        """tx.commit, second half: apply the buffered acks, nacks and rejects, then
+        commit-ok. Raises PreconditionFailed when some publishes were not written (the
+        settlements are then never applied: the channel closes and requeues them)."""
+        if failed:
+            raise PreconditionFailed(
+                f"partial tx completion: Pulsar did not write {failed} of the "
+                f"{published} messages published",
+                TX_COMMIT,
+            )
+        for settlement in settlements:
+            # A tag settled otherwise meanwhile (nothing else does) is skipped: the rest of
+            # the commit still counts.
+            taken = [self.unacked.pop(t) for t in settlement.tags if t in self.unacked]
+            self._released(taken)
+            if settlement.requeue is None:
+                if taken:
+                    self._commands.append(AckMessages([item.source for item in taken]))
+            else:
+                self._reject_now(taken, settlement.requeue)
+        self._reply(amqp.Tx.CommitOk())
+        self._after_settle()
+
+    def tx_rollback(self) -> None:
+        """tx.rollback: forget what the transaction buffered. Raises PreconditionFailed
+        outside a transaction."""
+        if self.transaction is None:
+            raise PreconditionFailed("channel is not transactional", TX_ROLLBACK)
+        self.transaction.discard()
+        self._reply(amqp.Tx.RollbackOk())
+
+    # ---- the end --------------------------------------------------------------------------------
+
+    def close(self) -> Released:
+        """The channel is gone: everything it held is handed back."""
+        self.closed = True
+        unacked = list(self.unacked.values())
+        self.unacked.clear()
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        pending: list[Any] = []
+        for consumer in consumers:
+            consumer.cancelled = True
+            pending.extend(consumer.pending.take_all())
+        self.transaction = None
+        self.budget.transactions.pop(self.number, None)
+        return Released(unacked, pending, consumers)

@@ -1,0 +1,528 @@
+"""Playbooks for the message core (core/channel.py): feed what happened, expect the frames
+written and the commands asked for. No Pulsar, no ZooKeeper, no event loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pamqp import commands as amqp
+
+from starlight_py.amqp.errors import NotAllowed, NotImplementedMethod, PreconditionFailed
+from starlight_py.amqp.framing import BodyFrame, FrameDecoder, HeaderFrame, MethodFrame
+from starlight_py.amqp.hot_frames import Publish
+from starlight_py.amqp.transactions import BufferedPublish, TransactionLimit
+from starlight_py.core.channel import (
+    BAND_REFILL_WAIT,
+    MAX_OUTPUT_BACKLOG,
+    Channel,
+    Consumer,
+    Deliverable,
+    TransactionBudget,
+)
+from starlight_py.core.commands import (
+    AckMessages,
+    ConsumerSettled,
+    DrainLater,
+    GiveBack,
+    PauseReading,
+    RejectMessages,
+    RequeueMessages,
+    ResumeReading,
+    Unacked,
+)
+
+
+class Wire:
+    """The client's side: what the core wrote, decoded back into frames."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.pending_output = 0
+
+    def write_channel(self, channel: int, data: bytes) -> None:
+        self.data += data
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """(method name, fields) per method frame; a delivery's content as ("content",
+        body) after its method."""
+        frames, error = FrameDecoder(1 << 20).feed(bytes(self.data))
+        assert error is None
+        self.data.clear()
+        seen: list[tuple[Any, ...]] = []
+        body = b""
+        for frame in frames:
+            if isinstance(frame, MethodFrame):
+                fields = {k: v for k, v in dict(frame.method).items() if k != "ticket"}
+                seen.append((frame.method.name, fields))
+            elif isinstance(frame, HeaderFrame):
+                body = b""
+                if frame.body_size == 0:
+                    seen.append(("content", b""))
+            elif isinstance(frame, BodyFrame):
+                body += frame.payload
+                seen.append(("content", body))
+        return seen
+
+
+class Source:
+    """A message as the gateway hands it in (opaque to the core)."""
+
+    def __init__(self, name: str, *, redelivered: bool = False, drop: bool = False) -> None:
+        self.name = name
+        self.redelivered = redelivered
+        self.drop = drop  # vet says: not the queue's any more
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def vet(consumer: Consumer, source: Source) -> Deliverable | None:
+    if source.drop:
+        return None
+    return Deliverable(
+        "ex", "rk", b"\x00\x00", source.name.encode(), source.redelivered, "q-record"
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def new_channel(clock: Clock | None = None) -> tuple[Channel, Wire]:
+    wire = Wire()
+    return Channel(7, wire, vet, frame_max=4096, clock=clock or Clock()), wire
+
+
+def deliver(tag: int, body: bytes, ctag: str = "c1", redelivered: bool = False) -> list[Any]:
+    return [
+        (
+            "Basic.Deliver",
+            {
+                "consumer_tag": ctag,
+                "delivery_tag": tag,
+                "redelivered": redelivered,
+                "exchange": "ex",
+                "routing_key": "rk",
+            },
+        ),
+        ("content", body),
+    ]
+
+
+def started(
+    ch: Channel, tag: str = "c1", *, no_ack: bool = False, prefetch: int | None = None
+) -> Consumer:
+    if prefetch is not None:
+        ch.qos(prefetch, False)
+    consumer = ch.add_consumer(tag, "q", no_ack, False, link=f"link-{tag}")
+    ch.start_consumer(consumer, nowait=True)
+    return consumer
+
+
+def sources(*names: str) -> list[tuple[int, Source]]:
+    return [(0, Source(name)) for name in names]
+
+
+# ---- publish and confirm ------------------------------------------------------------------
+
+
+def test_without_confirm_mode_publishes_are_not_numbered_and_settle_silently() -> None:
+    ch, wire = new_channel()
+    assert ch.reserve_publish() == 0
+    ch.settle_publishes([(0, True)])
+    assert wire.take() == []
+    assert ch.unconfirmed == 0
+
+
+def test_confirms_wait_for_earlier_publishes_and_use_multiple_for_runs() -> None:
+    ch, wire = new_channel()
+    ch.confirm_select(nowait=False)
+    assert wire.take() == [("Confirm.SelectOk", {})]
+    assert [ch.reserve_publish() for _ in range(6)] == [1, 2, 3, 4, 5, 6]
+    ch.settle_publishes([(2, True), (3, True)])
+    assert wire.take() == []  # 1 is still open
+    ch.settle_publishes([(1, True), (5, False), (6, False)])
+    assert wire.take() == [("Basic.Ack", {"delivery_tag": 3, "multiple": True})]
+    assert ch.unconfirmed == 3
+    ch.settle_publishes([(4, False)])
+    assert wire.take() == [
+        ("Basic.Nack", {"delivery_tag": 6, "multiple": True, "requeue": False}),
+    ]
+    assert ch.unconfirmed == 0
+
+
+def test_a_single_outcome_is_confirmed_without_multiple() -> None:
+    ch, wire = new_channel()
+    ch.confirm_select(nowait=True)
+    seq = ch.reserve_publish()
+    ch.settle_publishes([(seq, True)])
+    assert wire.take() == [("Basic.Ack", {"delivery_tag": 1, "multiple": False})]
+
+
+def test_alternating_outcomes_are_confirmed_one_by_one_in_order() -> None:
+    ch, wire = new_channel()
+    ch.confirm_select(nowait=True)
+    for _ in range(3):
+        ch.reserve_publish()
+    ch.settle_publishes([(3, True), (2, False), (1, True)])
+    assert wire.take() == [
+        ("Basic.Ack", {"delivery_tag": 1, "multiple": False}),
+        ("Basic.Nack", {"delivery_tag": 2, "multiple": False, "requeue": False}),
+        ("Basic.Ack", {"delivery_tag": 3, "multiple": False}),
+    ]
+
+
+def test_settling_a_publish_twice_is_our_bug() -> None:
+    ch, _ = new_channel()
+    ch.confirm_select(nowait=True)
+    seq = ch.reserve_publish()
+    ch.settle_publishes([(seq, True)])
+    with pytest.raises(ValueError):
+        ch.settle_publishes([(seq, True)])
+
+
+def test_confirm_mode_and_tx_mode_exclude_each_other() -> None:
+    ch, _ = new_channel()
+    ch.confirm_select(nowait=True)
+    with pytest.raises(PreconditionFailed) as raised:
+        ch.tx_select()
+    assert raised.value.method == (90, 10)
+    other, _ = new_channel()
+    other.tx_select()
+    with pytest.raises(PreconditionFailed) as raised:
+        other.confirm_select(nowait=True)
+    assert raised.value.method == (85, 10)
+
+
+# ---- consuming and credit -----------------------------------------------------------------
+
+
+def test_consume_ok_comes_before_the_first_delivery() -> None:
+    ch, wire = new_channel()
+    consumer = ch.add_consumer("c1", "q", False, False)
+    ch.messages_arrived(consumer, sources("m1"))  # read while the consumer is set up
+    assert wire.take() == []
+    ch.start_consumer(consumer, nowait=False)
+    assert wire.take() == [("Basic.ConsumeOk", {"consumer_tag": "c1"}), *deliver(1, b"m1")]
+
+
+def test_a_reused_consumer_tag_is_refused() -> None:
+    ch, _ = new_channel()
+    started(ch, "c1")
+    with pytest.raises(NotAllowed):
+        ch.add_consumer("c1", "q", False, False)
+
+
+def test_prefetch_limits_deliveries_and_pauses_reading_until_acks_come() -> None:
+    ch, wire = new_channel()
+    consumer = started(ch, prefetch=2)
+    wire.take()
+    ch.messages_arrived(consumer, sources("m1", "m2", "m3", "m4", "m5", "m6"))
+    assert wire.take() == [*deliver(1, b"m1"), *deliver(2, b"m2")]
+    # 4 waiting is more than twice the prefetch: stop reading Pulsar for it.
+    assert ch.take_commands() == [PauseReading(consumer)]
+    ch.ack(2, multiple=True)
+    assert wire.take() == [*deliver(3, b"m3"), *deliver(4, b"m4")]
+    commands = ch.take_commands()
+    assert isinstance(commands[0], AckMessages)
+    assert [str(s) for s in commands[0].sources] == ["m1", "m2"]
+    assert commands[1:] == []  # no credit left: still paused
+    ch.ack(4, multiple=True)
+    assert wire.take() == [*deliver(5, b"m5"), *deliver(6, b"m6")]
+    ch.take_commands()
+    ch.ack(6, multiple=True)
+    assert ch.take_commands()[1:] == [ResumeReading(consumer)]  # credit, nothing waiting
+
+
+def test_global_prefetch_counts_every_consumer_of_the_channel() -> None:
+    ch, wire = new_channel()
+    ch.qos(3, True)
+    wire.take()
+    a = started(ch, "a")
+    b = started(ch, "b")
+    ch.messages_arrived(a, sources("a1", "a2"))
+    ch.messages_arrived(b, sources("b1", "b2"))
+    assert wire.take() == [
+        *deliver(1, b"a1", "a"),
+        *deliver(2, b"a2", "a"),
+        *deliver(3, b"b1", "b"),
+    ]
+    ch.ack(1, multiple=False)
+    assert wire.take() == [*deliver(4, b"b2", "b")]
+
+
+def test_no_ack_consumers_ack_at_delivery_and_stop_on_a_full_output() -> None:
+    ch, wire = new_channel()
+    consumer = started(ch, no_ack=True)
+    ch.messages_arrived(consumer, sources("m1", "m2"))
+    assert wire.take() == [*deliver(1, b"m1"), *deliver(2, b"m2")]
+    commands = ch.take_commands()
+    assert isinstance(commands[0], AckMessages) and len(commands[0].sources) == 2
+    assert ch.unacked == {}
+    wire.pending_output = MAX_OUTPUT_BACKLOG
+    ch.messages_arrived(consumer, sources("m3"))
+    assert wire.take() == []
+    wire.pending_output = 0
+    ch.output_drained()
+    assert wire.take() == deliver(3, b"m3")
+
+
+def test_vet_drops_messages_that_are_no_longer_the_queues() -> None:
+    ch, wire = new_channel()
+    consumer = started(ch)
+    ch.messages_arrived(consumer, [(0, Source("gone", drop=True)), (0, Source("m2"))])
+    assert wire.take() == deliver(1, b"m2")
+
+
+def test_redelivered_flag_comes_from_the_gateway() -> None:
+    ch, wire = new_channel()
+    consumer = started(ch)
+    ch.messages_arrived(consumer, [(0, Source("again", redelivered=True))])
+    assert wire.take() == deliver(1, b"again", redelivered=True)
+    assert ch.tally.redelivered == 1 and ch.tally.delivered == 1
+
+
+def test_higher_priority_bands_are_delivered_first_and_a_refilling_band_is_waited_for() -> None:
+    clock = Clock()
+    ch, wire = new_channel(clock)
+    consumer = ch.add_consumer("c1", "q", False, False)
+    for rank in (1, 2):
+        ch.reads_band(consumer, rank)
+    ch.start_consumer(consumer, nowait=True)
+    # Band 2 just started: it may be refilling, so band 1 waits a moment.
+    ch.messages_arrived(consumer, [(1, Source("low"))])
+    assert wire.take() == []
+    assert ch.take_commands() == [DrainLater(consumer, pytest.approx(BAND_REFILL_WAIT))]
+    ch.messages_arrived(consumer, [(2, Source("high"))])
+    assert wire.take() == deliver(1, b"high")
+    clock.now += BAND_REFILL_WAIT * 1.01
+    ch.drain(consumer)
+    assert wire.take() == deliver(2, b"low")
+
+
+# ---- ack, nack, reject, recover ------------------------------------------------------------
+
+
+def delivered(ch: Channel, wire: Wire, *names: str, prefetch: int = 0) -> Consumer:
+    consumer = started(ch, prefetch=prefetch or None)
+    ch.messages_arrived(consumer, sources(*names))
+    wire.take()
+    ch.take_commands()
+    return consumer
+
+
+def test_unknown_delivery_tags_close_the_channel_with_406() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1")
+    for settle, ids in (
+        (lambda: ch.ack(5, False), (60, 80)),
+        (lambda: ch.nack(5, False, True), (60, 120)),
+        (lambda: ch.reject(5, True), (60, 90)),
+        (lambda: ch.ack(5, True), None),  # multiple reaches m1 (tag 1): fine
+    ):
+        if ids is None:
+            settle()
+            continue
+        with pytest.raises(PreconditionFailed) as raised:
+            settle()
+        assert raised.value.method == ids
+        assert "unknown delivery tag 5" in raised.value.reply_text
+
+
+def test_a_tag_acked_twice_is_unknown_the_second_time() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1")
+    ch.ack(1, False)
+    with pytest.raises(PreconditionFailed):
+        ch.ack(1, False)
+
+
+def test_ack_multiple_with_tag_zero_takes_everything() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1", "m2", "m3")
+    ch.ack(0, True)
+    [ack] = ch.take_commands()
+    assert isinstance(ack, AckMessages) and [str(s) for s in ack.sources] == ["m1", "m2", "m3"]
+    ch.ack(0, True)  # nothing outstanding: nothing to do, no error
+    assert ch.take_commands() == []
+
+
+def test_nack_with_requeue_requeues_and_without_rejects() -> None:
+    ch, wire = new_channel()
+    consumer = delivered(ch, wire, "m1", "m2", "m3")
+    ch.nack(2, True, True)
+    [requeue] = ch.take_commands()
+    assert isinstance(requeue, RequeueMessages)
+    assert [str(d.source) for d in requeue.deliveries] == ["m1", "m2"]
+    assert requeue.deliveries[0] == Unacked(requeue.deliveries[0].source, consumer, "q-record")
+    ch.reject(3, False)
+    [reject] = ch.take_commands()
+    assert isinstance(reject, RejectMessages)
+    assert [str(d.source) for d in reject.deliveries] == ["m3"]
+
+
+def test_recover_requeues_every_unacked_delivery_and_answers() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1", "m2")
+    ch.recover(True)
+    assert wire.take() == [("Basic.RecoverOk", {})]
+    [requeue] = ch.take_commands()
+    assert isinstance(requeue, RequeueMessages) and len(requeue.deliveries) == 2
+    assert ch.unacked == {}
+    with pytest.raises(NotImplementedMethod):
+        ch.recover(False)
+
+
+# ---- cancel and close ----------------------------------------------------------------------
+
+
+def test_cancel_keeps_delivered_messages_unacked_and_gives_back_the_rest() -> None:
+    ch, wire = new_channel()
+    consumer = delivered(ch, wire, "m1", "m2", "m3", prefetch=2)
+    assert ch.cancel("c1") is consumer
+    [give_back] = ch.take_commands()
+    assert isinstance(give_back, GiveBack) and [str(s) for s in give_back.sources] == ["m3"]
+    assert sorted(ch.unacked) == [1, 2]  # RabbitMQ does not requeue them
+    assert [str(s) for s in ch.holding(consumer)] == ["m1", "m2"]
+    ch.ack(1, False)
+    assert [type(c) for c in ch.take_commands()] == [AckMessages]
+    ch.nack(2, False, True)
+    # The last one settled: its Pulsar consumers may close now.
+    assert [type(c) for c in ch.take_commands()] == [ConsumerSettled, RequeueMessages]
+    assert ch.cancel("c1") is None
+
+
+def test_cancelling_a_consumer_with_nothing_unacked_settles_it_at_once() -> None:
+    ch, _ = new_channel()
+    consumer = started(ch)
+    ch.cancel("c1")
+    assert ch.take_commands() == [ConsumerSettled(consumer)]
+
+
+def test_messages_for_a_cancelled_consumer_go_back() -> None:
+    ch, wire = new_channel()
+    consumer = started(ch)
+    ch.cancel("c1")
+    ch.take_commands()
+    ch.messages_arrived(consumer, sources("late"))
+    assert wire.take() == []
+    [give_back] = ch.take_commands()
+    assert isinstance(give_back, GiveBack)
+
+
+def test_closing_the_channel_hands_back_everything_it_held() -> None:
+    ch, wire = new_channel()
+    consumer = delivered(ch, wire, "m1", "m2", "m3", prefetch=2)
+    released = ch.close()
+    assert [str(item.source) for item in released.unacked] == ["m1", "m2"]
+    assert [str(s) for s in released.pending] == ["m3"]
+    assert released.consumers == [consumer]
+    assert ch.unacked == {} and ch.consumers == {}
+
+
+# ---- basic.get -----------------------------------------------------------------------------
+
+
+def test_get_numbers_its_delivery_with_the_channels_tags() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1")
+    message = Source("g1")
+    deliverable = vet(None, message)  # type: ignore[arg-type]
+    assert deliverable is not None
+    assert ch.deliver_get(message, deliverable, False, 4) == 2
+    assert wire.take() == [
+        (
+            "Basic.GetOk",
+            {
+                "delivery_tag": 2,
+                "redelivered": False,
+                "exchange": "ex",
+                "routing_key": "rk",
+                "message_count": 4,
+            },
+        ),
+        ("content", b"g1"),
+    ]
+    assert ch.unacked[2].consumer is None
+    ch.deliver_get(Source("g2"), deliverable, True, 0)
+    [ack] = ch.take_commands()
+    assert isinstance(ack, AckMessages)
+    ch.get_empty()
+    assert wire.take()[-1] == ("Basic.GetEmpty", {"cluster_id": ""})
+
+
+# ---- transactions --------------------------------------------------------------------------
+
+
+def test_a_transaction_settles_at_commit_and_forgets_at_rollback() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1", "m2", "m3")
+    ch.tx_select()
+    assert wire.take() == [("Tx.SelectOk", {})]
+    ch.ack(1, False)
+    ch.reject(2, False)
+    assert ch.take_commands() == []  # nothing happens before commit
+    with pytest.raises(PreconditionFailed):
+        ch.ack(1, False)  # already settled in this transaction
+    publishes, settlements = ch.tx_commit()
+    assert publishes == []
+    ch.tx_committed(settlements, failed=0, published=0)
+    assert wire.take() == [("Tx.CommitOk", {})]
+    assert [type(c) for c in ch.take_commands()] == [AckMessages, RejectMessages]
+    ch.ack(3, False)
+    ch.tx_rollback()
+    assert wire.take() == [("Tx.RollbackOk", {})]
+    assert sorted(ch.unacked) == [3]  # unacked again, not requeued
+
+
+def test_a_commit_whose_publishes_failed_applies_nothing() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1")
+    ch.tx_select()
+    ch.ack(1, False)
+    _, settlements = ch.tx_commit()
+    with pytest.raises(PreconditionFailed) as raised:
+        ch.tx_committed(settlements, failed=1, published=2)
+    assert "partial tx completion" in raised.value.reply_text
+    assert ch.take_commands() == []
+
+
+def test_recover_in_a_transaction_leaves_what_it_settled() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1", "m2")
+    ch.tx_select()
+    ch.ack(1, False)
+    ch.recover(True)
+    [requeue] = ch.take_commands()
+    assert isinstance(requeue, RequeueMessages)
+    assert [str(d.source) for d in requeue.deliveries] == ["m2"]
+
+
+def test_transactions_of_a_connection_share_one_buffer_limit() -> None:
+    budget = TransactionBudget(TransactionLimit(1000))
+    wire = Wire()
+    one = Channel(1, wire, vet, frame_max=4096, clock=Clock(), budget=budget)
+    two = Channel(2, wire, vet, frame_max=4096, clock=Clock(), budget=budget)
+    for ch in (one, two):
+        ch.tx_select()
+    publish = BufferedPublish(
+        Publish("", "q", False, False), amqp.Basic.Properties(), b"x" * 400, b""
+    )
+    one.tx_publish(publish)
+    with pytest.raises(PreconditionFailed):
+        two.tx_publish(publish)  # 2 x (400 + overhead) > 1000
+    one.tx_rollback()
+    two.tx_publish(publish)
+
+
+def test_commands_are_taken_once() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1")
+    ch.ack(1, False)
+    assert len(ch.take_commands()) == 1
+    assert ch.take_commands() == []
