@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, auto
+from typing import Any
 
 from pamqp import commands
 from pamqp.base import Frame as PamqpMethod
@@ -196,13 +197,45 @@ class AMQPConnection:
             data = self._receive_header(data)
             if not data:
                 return events
-        frames, error = self._decoder.feed(data)
-        for frame in frames:
+        frames, error = self._decoder.feed_raw(data)
+        channels = self._channels
+        for frame_type, number, payload in frames:
+            # Decoding: what does not decode breaks the stream.
             try:
-                self._handle_frame(frame, events)
+                if frame_type == framing.FRAME_BODY:
+                    item: Any = payload
+                elif frame_type == framing.FRAME_METHOD:
+                    item = framing.decode_method(payload)
+                elif frame_type == framing.FRAME_HEADER:
+                    item = framing.decode_header(number, payload)
+                else:
+                    item = framing.decode_frame(frame_type, number, payload)
             except AMQPError as e:
-                events.append(ev.ErrorRaised(frame.channel, e))
-                self.fail(e, frame.channel)
+                self._decoder.reset()
+                error = e
+                break
+            # Handling: the frames of open channels (nearly all of them) go straight to
+            # their handler; everything else through the state checks of _handle_frame.
+            try:
+                channel = channels.get(number) if number else None
+                if (
+                    channel is not None
+                    and channel.state is ChannelState.OPEN
+                    and self.state is ConnectionState.OPEN
+                ):
+                    if frame_type == framing.FRAME_BODY:
+                        self._content_body(number, channel, item, events)
+                    elif frame_type == framing.FRAME_METHOD:
+                        self._channel_method(number, channel, item, events)
+                    elif frame_type == framing.FRAME_HEADER:
+                        self._content_header(number, channel, item, events)
+                    else:
+                        self._handle_frame(item, events)
+                else:
+                    self._handle_frame(_as_frame(frame_type, number, item), events)
+            except AMQPError as e:
+                events.append(ev.ErrorRaised(number, e))
+                self.fail(e, number)
             if self.closed:
                 break
         if error is not None and self.state is ConnectionState.CLIENT_CLOSING:
@@ -342,7 +375,7 @@ class AMQPConnection:
         elif isinstance(frame, framing.HeaderFrame):
             self._content_header(number, channel, frame, events)
         elif isinstance(frame, framing.BodyFrame):
-            self._content_body(number, channel, frame, events)
+            self._content_body(number, channel, frame.payload, events)
 
     def _open_channel(self, number: int, method: framing.Method, events: list[ev.Event]) -> None:
         if number > self.channel_max:
@@ -418,12 +451,12 @@ class AMQPConnection:
             self._content_complete(number, channel, events)
 
     def _content_body(
-        self, number: int, channel: _Channel, frame: framing.BodyFrame, events: list[ev.Event]
+        self, number: int, channel: _Channel, payload: bytes, events: list[ev.Event]
     ) -> None:
         content = channel.content
         if content is None or content.properties is None:
             raise UnexpectedFrame(f"unexpected content body on channel {number}")
-        content.received += len(frame.payload)
+        content.received += len(payload)
         content.frames += 1
         if content.frames > max_body_frames(content.body_size):
             raise ResourceError(
@@ -435,11 +468,11 @@ class AMQPConnection:
                 f"content body larger than the {content.body_size} bytes declared in its header"
             )
         if not content.body:
-            content.body = frame.payload
-        elif frame.payload:
+            content.body = payload
+        elif payload:
             if isinstance(content.body, bytes):
                 content.body = bytearray(content.body)
-            content.body += frame.payload
+            content.body += payload
         if content.received == content.body_size:
             self._content_complete(number, channel, events)
 
@@ -581,6 +614,16 @@ class AMQPConnection:
     def _queue(self, data: bytes) -> None:
         self._out.append(data)
         self.pending_output += len(data)
+
+
+def _as_frame(frame_type: int, channel: int, item: Any) -> framing.Frame:
+    """The frame object of a decoded payload (the generic path takes frames)."""
+    if frame_type == framing.FRAME_BODY:
+        return framing.BodyFrame(channel, item)
+    if frame_type == framing.FRAME_METHOD:
+        return framing.MethodFrame(channel, item)
+    frame: framing.Frame = item  # a HeaderFrame or HeartbeatFrame already
+    return frame
 
 
 def _ids_of(frame: framing.Frame) -> tuple[int, int]:

@@ -93,37 +93,63 @@ class FrameDecoder:
         (unknown method). Frames before the
         error are still returned, so a valid close that precedes garbage is honoured.
         """
-        self._buffer += data
+        raw, error = self.feed_raw(data)
         frames: list[Frame] = []
+        for frame_type, channel, payload in raw:
+            try:
+                frames.append(decode_frame(frame_type, channel, payload))
+            except AMQPError as e:
+                self.reset()
+                return frames, e
+        return frames, error
+
+    def feed_raw(
+        self, data: bytes | bytearray
+    ) -> tuple[list[tuple[int, int, bytes]], AMQPError | None]:
+        """Like `feed`, without decoding payloads: (frame type, channel, payload) of each
+        complete frame (the connection decodes them itself, the hot ones with `struct`).
+        A payload that does not decode breaks the stream too: call `reset()` then."""
+        self._buffer += data
+        frames: list[tuple[int, int, bytes]] = []
         buf = self._buffer
         offset = 0
         size_limit = self.frame_max - FRAME_OVERHEAD
-        error: AMQPError | None = None
+        unpack = _HEADER.unpack_from
         try:
-            while len(buf) - offset >= _HEADER.size:
-                frame_type, channel, size = _HEADER.unpack_from(buf, offset)
-                if frame_type not in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT):
+            while len(buf) - offset >= 7:
+                frame_type, channel, size = unpack(buf, offset)
+                if frame_type not in _FRAME_TYPES:
                     raise FrameError(f"unknown frame type {frame_type}")
                 if size > size_limit:
                     raise FrameError(
                         f"frame size {size + FRAME_OVERHEAD} is larger than negotiated "
                         f"frame_max {self.frame_max}"
                     )
-                end = offset + _HEADER.size + size
+                end = offset + 7 + size
                 if len(buf) <= end:
                     break  # wait for the rest of the frame and its end byte
                 if buf[end] != FRAME_END:
                     raise FrameError(f"bad frame end byte 0x{buf[end]:02x}")
-                payload = bytes(buf[offset + _HEADER.size : end])
-                frames.append(_decode(frame_type, channel, payload))
+                frames.append((frame_type, channel, bytes(buf[offset + 7 : end])))
                 offset = end + 1
         except AMQPError as e:
-            error = e
             buf.clear()
-            return frames, error
+            return frames, e
         if offset:
             del buf[:offset]
-        return frames, error
+        return frames, None
+
+    def reset(self) -> None:
+        """Forget what is buffered (the stream broke)."""
+        self._buffer.clear()
+
+
+_FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+
+
+def decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
+    """One frame from its type, channel and payload. Raises what `feed` reports."""
+    return _decode(frame_type, channel, payload)
 
 
 def _decode(frame_type: int, channel: int, payload: bytes) -> Frame:
@@ -141,6 +167,16 @@ def _decode(frame_type: int, channel: int, payload: bytes) -> Frame:
 
 _INDEX = struct.Struct(">I")
 _HOT_DECODERS = hot_frames.DECODERS
+
+
+def decode_method(payload: bytes) -> Method:
+    """A method frame's payload; raises FrameError, CommandInvalid."""
+    return _decode_method(payload)
+
+
+def decode_header(channel: int, payload: bytes) -> HeaderFrame:
+    """A content header frame's payload; raises FrameError, UnexpectedFrame."""
+    return _decode_header(channel, payload)
 
 
 def _decode_method(payload: bytes) -> Method:

@@ -210,6 +210,14 @@ class PulsarAdmin:
         result: list[str] = self._request("GET", "/admin/v2/clusters")
         return result
 
+    def broker_setting(self, name: str) -> str | None:
+        """A setting of the broker answering (its runtime configuration); None when it
+        does not list it. Raises PulsarAdminError (403: the proxy's role is no super-user)
+        or BackendUnavailable."""
+        values = self._request("GET", "/admin/v2/brokers/configuration/runtime")
+        value = values.get(name) if isinstance(values, dict) else None
+        return None if value is None else str(value)
+
     def namespaces(self, tenant: str) -> list[str]:
         """Namespaces of a tenant as `tenant/ns`; PulsarAdminError 404 when the tenant is
         missing."""

@@ -19,7 +19,7 @@ from starlight_py import __version__
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import InternalError
 from starlight_py.auth.authenticator import Authenticator, build_authenticator
-from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.cluster.cleaner import SubscriptionCleaner
 from starlight_py.cluster.duties import cluster_duties
@@ -305,6 +305,8 @@ async def serve(
         lambda: services.cache.last_change,
         lambda: services.cleaner.stats if services.cleaner is not None else None,
     )
+    if config.producer_batching:
+        await trio.to_thread.run_sync(_check_batch_index_acks, services)
     await _connect_metadata(services.zookeeper)
     services.cache.on_change(services.topology_changed)
     try:
@@ -363,6 +365,33 @@ async def _proxy_header(
         with trio.CancelScope(shield=True):
             await stream.aclose()
         return None
+
+
+BATCH_INDEX_ACKS = "acknowledgmentAtBatchIndexLevelEnabled"
+
+
+def _check_batch_index_acks(services: ProxyServices) -> None:
+    """pulsarProducerBatching needs brokers that acknowledge a batch's messages one by one:
+    without it, a negative ack of one message would redeliver its whole batch. Batching is
+    turned off when the broker says it does not; a broker that cannot be asked is trusted,
+    with a warning."""
+    try:
+        value = services.topology.admin.broker_setting(BATCH_INDEX_ACKS)
+    except (PulsarAdminError, BackendUnavailable) as e:
+        log.warning(
+            "pulsarProducerBatching: cannot read the broker's %s (%s); make sure it is true",
+            BATCH_INDEX_ACKS,
+            e,
+        )
+        return
+    if value != "true":
+        log.error(
+            "pulsarProducerBatching is on but the broker has %s=%s: batching turned off "
+            "(set it to true on every broker, see docs/operations.md)",
+            BATCH_INDEX_ACKS,
+            value,
+        )
+        services.backend.batching = False
 
 
 async def _connect_metadata(zookeeper: ZooKeeperClient) -> None:

@@ -108,6 +108,9 @@ def standalone_conf(
             # rather than every second, so it is not much later either.
             "isDelayedDeliveryDeliverAtTimeStrict": "true",
             "delayedDeliveryTickTimeMillis": "100",
+            # pulsarProducerBatching: a message of a batch entry is acknowledged (and
+            # negatively acknowledged) alone, not with its whole batch.
+            "acknowledgmentAtBatchIndexLevelEnabled": "true",
             **(extra_properties or {}),
         },
     )

@@ -1,0 +1,168 @@
+"""pulsarProducerBatching: what one socket read publishes to a topic becomes one Pulsar batch
+entry, and every message of it is still acknowledged, requeued, rejected, fetched and purged
+on its own (the broker acknowledges batch messages by index). Each test first checks, in
+Pulsar's stats, that its burst really was stored as one entry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pika
+import pytest
+from pamqp import body as pamqp_body
+from pamqp import commands, frame
+from pamqp import header as pamqp_header
+from pika.adapters.blocking_connection import BlockingChannel
+
+from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.local.external import ServiceEndpoints
+from starlight_py.model import naming
+from starlight_py.model.namespaces import NamespaceName
+from tests.support.amqp_fixtures import Deliveries, pump, unique
+from tests.support.proxy_runner import ProxyThread
+from tests.support.raw_amqp import RawClient
+
+BURST = 10
+
+
+@pytest.fixture
+def batching_proxy(start_proxy: Callable[..., ProxyThread]) -> ProxyThread:
+    return start_proxy(pulsarProducerBatching="true")
+
+
+@pytest.fixture
+def channel(batching_proxy: ProxyThread) -> Iterator[BlockingChannel]:
+    connection = pika.BlockingConnection(pika.URLParameters(batching_proxy.amqp_url()))
+    try:
+        yield connection.channel()
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def publish_burst(proxy: ProxyThread, queue: str, count: int = BURST) -> None:
+    """`count` confirmed publishes written in one socket write (so read in one go)."""
+    client = RawClient("127.0.0.1", proxy.port)
+    try:
+        client.handshake()
+        client.open_channel(1)
+        client.send_method(1, commands.Confirm.Select())
+        assert isinstance(client.read_method()[1], commands.Confirm.SelectOk)
+        data = b""
+        for i in range(count):
+            payload = f"m{i}".encode()
+            data += frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+            data += frame.marshal(
+                pamqp_header.ContentHeader(0, len(payload), commands.Basic.Properties()), 1
+            )
+            data += frame.marshal(pamqp_body.ContentBody(payload), 1)
+        client.send(data)
+        confirmed = 0
+        while confirmed < count:
+            _, method = client.read_method()
+            assert isinstance(method, commands.Basic.Ack), method
+            confirmed = method.delivery_tag
+    finally:
+        client.close()
+
+
+def stored_entries(services: ServiceEndpoints, queue: str) -> int:
+    """Pulsar entries (not messages) waiting in the queue's subscription."""
+    topic = naming.exchange_topic(NamespaceName("public", "default"), "", "direct", queue)
+    stats = PulsarAdmin(services.pulsar_web_url).subscription_stats(topic)
+    return sum(s.backlog for s in stats.values())
+
+
+@pytest.fixture
+def burst_queue(
+    batching_proxy: ProxyThread, channel: BlockingChannel, services: ServiceEndpoints
+) -> Iterator[str]:
+    queue = unique("batched", "flow")
+    channel.queue_declare(queue, auto_delete=False)
+    publish_burst(batching_proxy, queue)
+    # The burst is one Pulsar entry: batching really happened.
+    assert stored_entries(services, queue) == 1
+    yield queue
+    with pika.BlockingConnection(pika.URLParameters(batching_proxy.amqp_url())) as connection:
+        connection.channel().queue_delete(queue)
+
+
+def consume(channel: BlockingChannel, queue: str, count: int, prefetch: int = 50) -> Deliveries:
+    deliveries = Deliveries()
+    channel.basic_qos(prefetch_count=prefetch)
+    channel.basic_consume(queue, deliveries)
+    pump([channel.connection], lambda: len(deliveries) >= count, settle=0.2)
+    return deliveries
+
+
+def test_each_message_of_a_batch_is_delivered_once(
+    channel: BlockingChannel, burst_queue: str
+) -> None:
+    deliveries = consume(channel, burst_queue, BURST)
+    assert deliveries.bodies == [f"m{i}".encode() for i in range(BURST)]
+    for tag in deliveries.tags:
+        channel.basic_ack(tag)
+    pump([channel.connection], lambda: False, timeout=0.0, settle=0.5)
+    assert len(deliveries) == BURST  # nothing came back
+
+
+def test_nack_of_one_message_of_a_batch_redelivers_that_message_only(
+    channel: BlockingChannel, burst_queue: str, services: ServiceEndpoints
+) -> None:
+    deliveries = consume(channel, burst_queue, BURST)
+    assert len(deliveries) == BURST
+    tags = deliveries.tags
+    channel.basic_nack(tags[4], requeue=True)
+    for tag in tags[:4] + tags[5:]:
+        channel.basic_ack(tag)
+    pump([channel.connection], lambda: len(deliveries) > BURST, settle=1.0)
+    assert deliveries.flags[BURST:] == [(b"m4", True)]
+    channel.basic_ack(deliveries.tags[-1])
+    deadline = time.monotonic() + 10
+    while stored_entries(services, burst_queue) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stored_entries(services, burst_queue) == 0  # the whole batch is acknowledged
+
+
+def test_reject_of_one_message_of_a_batch_drops_that_message_only(
+    channel: BlockingChannel, burst_queue: str
+) -> None:
+    deliveries = consume(channel, burst_queue, BURST)
+    tags = deliveries.tags
+    channel.basic_reject(tags[2], requeue=False)
+    # The others go back (unacked when their consumer is cancelled and the channel closes).
+    channel.close()
+    again = channel.connection.channel()
+    got: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(got) < BURST - 1 and time.monotonic() < deadline:
+        method, _, body = again.basic_get(burst_queue, auto_ack=True)
+        if method is None:
+            time.sleep(0.05)
+        else:
+            got.append(body)
+    assert sorted(got) == sorted(f"m{i}".encode() for i in range(BURST) if i != 2)
+    time.sleep(0.3)
+    assert again.basic_get(burst_queue, auto_ack=True)[0] is None
+
+
+def test_basic_get_takes_the_messages_of_a_batch_one_by_one(
+    channel: BlockingChannel, burst_queue: str
+) -> None:
+    got = []
+    for _ in range(BURST):
+        method, _, body = channel.basic_get(burst_queue)
+        assert method is not None
+        channel.basic_ack(method.delivery_tag)
+        got.append(body)
+    assert got == [f"m{i}".encode() for i in range(BURST)]
+    assert channel.basic_get(burst_queue)[0] is None
+
+
+def test_purge_drops_every_message_of_a_batch(
+    channel: BlockingChannel, burst_queue: str, services: ServiceEndpoints
+) -> None:
+    channel.queue_purge(burst_queue)
+    assert stored_entries(services, burst_queue) == 0
+    assert channel.basic_get(burst_queue)[0] is None
