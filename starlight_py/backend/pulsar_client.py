@@ -133,6 +133,8 @@ class ProducerHandle:
         self.topic = topic
         self.in_flight = 0
         self._unflushed = 0  # untracked sends since the last flush
+        self.last_used = 0.0  # trio clock; the pool closes producers unused for a while
+        self.retired = False  # taken out of the pool (to be closed): send nothing more
 
     @property
     def idle(self) -> bool:

@@ -1,11 +1,20 @@
-"""Side-by-side benchmark: the proxy, RabbitMQ and a direct pulsar-client baseline.
+"""Side-by-side benchmark: the proxy, RabbitMQ and Pulsar, on the same machine in one run.
 
 ``python -m starlight_py.bench --help``; see docs/performance.md for what it measures and
-how. The package is a script, not a library: ``cli`` orchestrates, ``infra`` starts and
-stops the servers, ``runner`` runs one case with producer and consumer processes started
-from ``worker``, ``report`` turns the results into the table.
+how. The package is a script, not a library: ``cli`` orchestrates (its options in
+``options``), ``infra`` starts and stops the servers.
 
-The clients (pika, aio-pika) come with the ``test`` extra: ``pip install -e '.[test]'``.
+The default suite (``java_suite``) drives the servers with Java load generators: RabbitMQ
+PerfTest (fetched once by ``perftest_install``, run and read by ``perftest``) against the
+proxy and RabbitMQ, ``pulsar-perf`` (``pulsar_perf``) against Pulsar. Their per-interval
+lines make the measured window (``window``), /proc gives each server's CPU over it
+(``cpu``), ``targets`` judges the figures against DESIGN.md section 7 and ``java_report``
+prints them.
+
+``--clients python`` runs the older suite: ``runner`` runs one case with pika, aio-pika or
+pulsar-client producer and consumer processes started from ``worker``, ``report`` turns the
+results into its table; ``soak`` and ``churn`` use the same workers. Those clients come with
+the ``test`` extra: ``pip install -e '.[test]'``.
 """
 
 

@@ -191,7 +191,8 @@ class ClientConnection:
                 await self._input_gate.wait()
             self._handling_input = True
             for event in self.conn.receive_data(data):
-                await self._handle(event)
+                if not self._handle_now(event):
+                    await self._handle(event)
             if self.messages is not None:
                 self.messages.end_of_batch()
             self._handling_input = False
@@ -211,17 +212,43 @@ class ClientConnection:
         try:
             await self._dispatch(event)
         except Exception as e:
-            error = as_amqp_error(e)
-            if isinstance(e, MetadataUnavailable):
-                self.services.metrics.backend_error("zookeeper")
-            elif isinstance(e, BackendUnavailable | PulsarAdminError):
-                self.services.metrics.backend_error("pulsar")
-            if error is None:
-                # Our bug, not the client's: 541, with the details in our log only.
-                self._log.exception("%s: internal error handling %s", self.id, type(event).__name__)
-                error = InternalError(f"internal error ({type(e).__name__})")
-            self._on_error(channel, error)
-            self.conn.fail(error, channel)
+            self._failed(event, channel, e)
+
+    def _handle_now(self, event: ev.Event) -> bool:
+        """The per-message events (a publish, an ack) handled without awaiting anything
+        when everything they need is at hand; False: `_handle` must do it."""
+        kind = type(event)
+        if kind is not ev.ContentReceived and kind is not ev.MethodReceived:
+            return False
+        assert isinstance(event, ev.ContentReceived | ev.MethodReceived)
+        messages = self.messages
+        session = self.channels.get(event.channel)
+        if messages is None or session is None or self.conn.discards_input_of(event.channel):
+            return False
+        try:
+            if isinstance(event, ev.ContentReceived):
+                return not session.core.in_transaction and messages.publisher.publish_now(
+                    session.core, event.method, event.properties, event.body, event.raw_properties
+                )
+            return messages.settle_now(session, event.method)
+        except Exception as e:
+            self._failed(event, event.channel, e)
+            return True
+
+    def _failed(self, event: ev.Event, channel: int, e: Exception) -> None:
+        """Handling `event` raised `e`: the one translation into a close (gateway/errors.py),
+        through `AMQPConnection.fail`."""
+        error = as_amqp_error(e)
+        if isinstance(e, MetadataUnavailable):
+            self.services.metrics.backend_error("zookeeper")
+        elif isinstance(e, BackendUnavailable | PulsarAdminError):
+            self.services.metrics.backend_error("pulsar")
+        if error is None:
+            # Our bug, not the client's: 541, with the details in our log only.
+            self._log.exception("%s: internal error handling %s", self.id, type(event).__name__)
+            error = InternalError(f"internal error ({type(e).__name__})")
+        self._on_error(channel, error)
+        self.conn.fail(error, channel)
 
     async def _dispatch(self, event: ev.Event) -> None:
         result = self._event_handlers[type(event)](self, event)

@@ -76,6 +76,14 @@ class MessageFlow:
                 session.number,
             )
 
+    def settle_now(self, session: ChannelSession, method: object) -> bool:
+        """basic.ack / nack / reject, which never await: False for any other method."""
+        settle = _SETTLING.get(type(method))
+        if settle is None:
+            return False
+        settle(self, session, method)
+        return True
+
     def end_of_batch(self) -> None:
         """Everything one socket read carried is handled: flush the producers, publish the
         metrics counted meanwhile."""
@@ -179,6 +187,11 @@ class MessageFlow:
         self.dead_letters.close()
 
 
+_SETTLING: dict[type, Callable[[MessageFlow, ChannelSession, Any], None]] = {
+    hot_frames.Ack: MessageFlow._ack,
+    hot_frames.Nack: MessageFlow._nack,
+    hot_frames.Reject: MessageFlow._reject,
+}
 _HANDLERS: dict[type, Handler] = {
     hot_frames.Ack: MessageFlow._ack,
     hot_frames.Nack: MessageFlow._nack,

@@ -75,7 +75,6 @@ class ProducerPool:
         self.backend = backend
         self.idle_timeout = idle_timeout
         self._producers: dict[str, ProducerHandle] = {}
-        self._last_used: dict[str, float] = {}
         self._locks: dict[str, trio.Lock] = {}
 
     def __len__(self) -> int:
@@ -83,17 +82,16 @@ class ProducerPool:
 
     def peek(self, topic: naming.TopicName) -> ProducerHandle | None:
         """The topic's producer if it exists (no I/O); marks it used."""
-        key = str(topic)
-        producer = self._producers.get(key)
+        producer = self._producers.get(str(topic))
         if producer is not None:
-            self._last_used[key] = trio.current_time()
+            producer.last_used = trio.current_time()
         return producer
 
     async def get(self, topic: naming.TopicName) -> ProducerHandle:
         key = str(topic)
         producer = self._producers.get(key)
         if producer is not None:
-            self._last_used[key] = trio.current_time()
+            producer.last_used = trio.current_time()
             return producer
         lock = self._locks.setdefault(key, trio.Lock())
         try:
@@ -105,7 +103,7 @@ class ProducerPool:
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._locks.pop(key, None)
-        self._last_used[key] = trio.current_time()
+        producer.last_used = trio.current_time()
         return producer
 
     def take_idle(self) -> list[ProducerHandle]:
@@ -113,11 +111,10 @@ class ProducerPool:
         flight, and return them for closing. A publish that comes later makes a new one."""
         cutoff = trio.current_time() - self.idle_timeout
         taken = []
-        for key, used in list(self._last_used.items()):
-            producer = self._producers.get(key)
-            if used < cutoff and producer is not None and producer.idle:
+        for key, producer in list(self._producers.items()):
+            if producer.last_used < cutoff and producer.idle:
                 del self._producers[key]
-                del self._last_used[key]
+                producer.retired = True  # routes planned through it are planned again
                 taken.append(producer)
         return taken
 
@@ -140,9 +137,9 @@ class ProducerPool:
 
     def close(self) -> None:
         for producer in self._producers.values():
+            producer.retired = True
             producer.close()
         self._producers.clear()
-        self._last_used.clear()
 
 
 def message_copies(
@@ -244,6 +241,58 @@ class PublishOutcome:
         self.refused = refused  # a queue refused it at its length limit: nack at the end
 
 
+# Routes kept per connection, by (exchange, routing key).
+MAX_PLANS = 256
+# Pulsar property maps kept per route, by the AMQP property bytes.
+MAX_PLAN_PROPERTIES = 64
+
+
+class _RoutePlan:
+    """Where publishes to one (exchange, routing key) go while the topology stays as it was
+    (`version`: the cache's count of changes): one topic, through one producer."""
+
+    __slots__ = (
+        "delays",
+        "exchange",
+        "exchange_name",
+        "internal",
+        "producer",
+        "properties",
+        "routing_key",
+        "version",
+    )
+
+    def __init__(
+        self,
+        version: int,
+        producer: ProducerHandle,
+        exchange: Exchange,
+        delays: bool,
+        exchange_name: str,
+        routing_key: str,
+    ) -> None:
+        self.version = version
+        self.producer = producer
+        self.exchange = exchange
+        self.internal = exchange.internal
+        self.delays = delays
+        self.exchange_name = exchange_name
+        self.routing_key = routing_key
+        # The Pulsar property maps of this route, by AMQP property bytes (pulsar-client
+        # copies a map at each send, so one map serves every message with those bytes).
+        self.properties: dict[bytes, dict[str, str]] = {}
+
+    def properties_of(
+        self, properties: commands.Basic.Properties, raw_properties: bytes
+    ) -> dict[str, str]:
+        found = encode_properties(self.exchange_name, self.routing_key, properties, raw_properties)
+        if len(raw_properties) <= 1024:
+            if len(self.properties) >= MAX_PLAN_PROPERTIES:
+                self.properties.clear()
+            self.properties[raw_properties] = found
+        return found
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """Where one admitted, routed publish goes."""
@@ -288,6 +337,7 @@ class Publisher:
         self._unflushed: dict[ProducerHandle, tuple[list[PublishOutcome], float]] = {}
         self._count = 0  # published since the metrics were last updated
         self._bytes = 0
+        self._plans: dict[tuple[str, str], _RoutePlan] = {}
 
     # ---- the hot path -----------------------------------------------------------------------
 
@@ -301,15 +351,46 @@ class Publisher:
     ) -> bool:
         """Publish without awaiting anything if everything it needs is at hand; False
         (nothing done) when it is not: then `publish` does it. Raises what `admit` raises."""
+        if method.immediate:
+            return False
+        access = self.ctx.access
+        if access.permissions is not None and not access.allows_now(
+            Access.WRITE, ResourceKind.EXCHANGE, method.exchange
+        ):
+            return False
+        plan = self._plans.get((method.exchange, method.routing_key))
+        if plan is None or plan.version != self.cache.changes or plan.producer.retired:
+            return self._publish_unplanned(target, method, properties, body, raw_properties)
+        producer = plan.producer
+        if not producer.has_room():
+            return False
+        if plan.internal or properties.user_id is not None or properties.expiration is not None:
+            self._check_message(plan.exchange, properties)
+        pulsar_properties = plan.properties.get(raw_properties)
+        if pulsar_properties is None:
+            pulsar_properties = plan.properties_of(properties, raw_properties)
+        outcome = PublishOutcome(target, target.reserve_publish(), 1, False)
+        self._count += 1
+        self._bytes += len(body)
+        delay_ms = message_delay_ms(properties.headers) if plan.delays else 0
+        self._send(producer, body, pulsar_properties, outcome, delay_ms)
+        return True
+
+    def _publish_unplanned(
+        self,
+        target: OutcomeTarget,
+        method: Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        raw_properties: bytes,
+    ) -> bool:
+        """`publish_now` without a plan: everything is looked up in the cache, and a plan is
+        kept for the next publish with the same exchange and routing key when one fits."""
         ctx = self.ctx
         vhost = ctx.vhost
         name = method.exchange
-        if method.immediate or (
-            ctx.access.permissions is not None
-            and not ctx.access.allows_now(Access.WRITE, ResourceKind.EXCHANGE, name)
-        ):
-            return False
         cache = self.cache
+        version = cache.changes
         exchange = DEFAULT_EXCHANGE if name == "" else cache.exchange(vhost, name)
         if exchange is None:
             return False
@@ -344,7 +425,8 @@ class Publisher:
             ctx.namespace, target_exchange.name, target_exchange.routing_type, routing_key
         )
         pulsar_properties = encode_properties(name, routing_key, properties, raw_properties)
-        if routed and priorities:
+        banded = bool(routed & priorities.keys())  # where it goes depends on its priority
+        if banded:
             copies = message_copies(
                 ctx.namespace,
                 topic,
@@ -363,10 +445,19 @@ class Publisher:
             if producer is None or not producer.has_room():
                 return False
             producers.append(producer)
-        delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
+        delays = any(x.delays_messages for x in path)
+        if not banded and len(copies) == 1 and all(x.routing_type != "headers" for x in path):
+            # Nothing of this route depends on the message itself: keep it, until the
+            # topology changes or the producer closes.
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[(name, routing_key)] = _RoutePlan(
+                version, producers[0], exchange, delays, name, routing_key
+            )
         outcome = PublishOutcome(target, target.reserve_publish(), len(copies), False)
         self._count += 1
         self._bytes += len(body)
+        delay_ms = message_delay_ms(headers) if delays else 0
         for producer, (_, copy_properties) in zip(producers, copies, strict=True):
             self._send(producer, body, copy_properties, outcome, delay_ms)
         return True
@@ -617,7 +708,9 @@ class Publisher:
         if not self._unflushed:
             return
         unflushed, self._unflushed = self._unflushed, {}
+        now = trio.current_time()
         for producer, (outcomes, since) in unflushed.items():
+            producer.last_used = now
             producer.flush(self._flush_callback(producer, outcomes, since))
 
     def _flush_callback(

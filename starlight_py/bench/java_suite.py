@@ -1,0 +1,225 @@
+"""The default suite: Java load generators against the proxy, RabbitMQ and Pulsar.
+
+For each scenario (``load_result.SCENARIOS``) the targets run one after the other, so the
+rows compared with each other were taken under the same conditions:
+
+- proxy: RabbitMQ PerfTest against the proxy; CPU of the proxy (every worker) and of the
+  Pulsar behind it, the proxy's also split by thread;
+- rabbitmq: the same PerfTest command against the private RabbitMQ node; its CPU;
+- pulsar: ``pulsar-perf produce`` + ``consume`` against the same Pulsar; its CPU.
+
+PerfTest: 1 KiB persistent messages, confirm window 100 (``-c 100``), multi-ack every 50
+(``-A 50``), prefetch 200 (``-q 200``), one producer and one consumer per queue. Each
+case warms up, then measures; CPU per message is the CPU read from /proc over the measured
+window divided by the messages consumed in that window (see ``cpu``, ``window``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlight_py.bench.cpu import CpuMeter
+from starlight_py.bench.infra import BenchError, say
+from starlight_py.bench.load_result import SCENARIOS, TARGET_TOOLS, LoadResult, Scenario
+from starlight_py.bench.perftest import PerfTestSpec, run_perftest
+from starlight_py.bench.pulsar_perf import (
+    REPORT_INTERVAL_S,
+    PulsarPerfSpec,
+    report_intervals,
+    run_pulsar_perf,
+)
+from starlight_py.bench.window import IntervalFigures, summarize
+
+TARGETS = tuple(TARGET_TOOLS)
+
+
+@dataclass(frozen=True)
+class SuiteServers:
+    """Where the targets listen and the first process of each (a process group leader,
+    see ``cpu.server_members``; None: not ours, or not running). ``proxy_alive`` tells a
+    dead proxy apart from a slow one."""
+
+    proxy_url: str | None = None
+    proxy_pid: int | None = None
+    proxy_workers: int = 1
+    proxy_alive: Callable[[], bool] | None = None
+    rabbitmq_url: str | None = None
+    rabbitmq_pid: int | None = None
+    pulsar_service_url: str | None = None
+    pulsar_web_url: str | None = None
+    pulsar_pid: int | None = None
+
+    def available(self, target: str) -> bool:
+        if target == "proxy":
+            return self.proxy_url is not None
+        if target == "rabbitmq":
+            return self.rabbitmq_url is not None
+        return self.pulsar_service_url is not None and self.pulsar_web_url is not None
+
+    def cpu_roots(self, target: str) -> dict[str, int]:
+        """The servers whose CPU a case against ``target`` is charged with."""
+        roots = {
+            "proxy": {"proxy": self.proxy_pid, "pulsar": self.pulsar_pid},
+            "rabbitmq": {"rabbitmq": self.rabbitmq_pid},
+            "pulsar": {"pulsar": self.pulsar_pid},
+        }[target]
+        return {name: pid for name, pid in roots.items() if pid is not None}
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    warmup_s: int
+    duration_s: int
+    run_id: str  # makes queue and topic names unique to this run
+    work_dir: Path
+    perftest_command: list[str]  # java -cp ... com.rabbitmq.perf.PerfTest
+    pulsar_distribution: Path  # holds bin/pulsar-perf
+    size: int = 1024
+
+
+def plan(scenarios: Sequence[str], targets: Sequence[str]) -> list[tuple[Scenario, str]]:
+    """The cases in the order they run: scenario by scenario, targets in table order."""
+    return [(SCENARIOS[s], t) for s in scenarios for t in TARGETS if t in targets]
+
+
+def run_suite(
+    scenarios: Sequence[str],
+    targets: Sequence[str],
+    servers: SuiteServers,
+    settings: SuiteSettings,
+) -> list[LoadResult]:
+    """Every case; failures are rows with status error or skipped. Raises nothing but
+    KeyboardInterrupt."""
+    cases = plan(scenarios, targets)
+    results = []
+    for index, (scenario, target) in enumerate(cases, 1):
+        tool = TARGET_TOOLS[target]
+        result = LoadResult(scenario.name, target, tool, proxy_workers=servers.proxy_workers)
+        if not servers.available(target):
+            result.status, result.detail = "skipped", f"{target} is not running"
+        elif target == "proxy" and servers.proxy_alive and not servers.proxy_alive():
+            result.status, result.detail = "skipped", "the proxy has exited"
+        else:
+            say(f"[{index}/{len(cases)}] {scenario.name} against {target} with {tool}")
+            try:
+                _run_case(scenario, target, servers, settings, index, result)
+            except BenchError as e:
+                result.status, result.detail = "error", str(e)
+        _say_result(result)
+        results.append(result)
+    return results
+
+
+@dataclass(frozen=True)
+class _ToolOutcome:
+    """What a load generator run left, in the terms every case is reported in."""
+
+    intervals: list[IntervalFigures]  # the measured window's
+    error: str | None
+    raw: dict[str, Any]
+    published: int | None = None  # pulsar-perf: published in the window (topic stats)
+
+
+def _run_case(
+    scenario: Scenario,
+    target: str,
+    servers: SuiteServers,
+    settings: SuiteSettings,
+    index: int,
+    result: LoadResult,
+) -> None:
+    name = f"{index:02d}-{scenario.name}-{target}"
+    log_dir = settings.work_dir / "java-cases" / name
+    meter = CpuMeter(servers.cpu_roots(target), split="proxy" if target == "proxy" else None)
+    if target == "pulsar":
+        outcome = _pulsar_perf(scenario, servers, settings, name, meter, log_dir)
+    else:
+        outcome = _perftest(scenario, target, servers, settings, name, meter, log_dir)
+    result.raw = outcome.raw
+    if outcome.error is not None:
+        result.status, result.detail = "error", outcome.error
+    if target == "proxy" and servers.proxy_alive and not servers.proxy_alive():
+        result.status = "error"
+        result.detail = ("the proxy exited during the case; " + result.detail).strip("; ")
+    window = summarize(outcome.intervals)
+    result.seconds = window.seconds
+    result.received, result.received_per_s = window.received, window.received_per_s
+    result.sent, result.sent_per_s = window.sent, window.sent_per_s
+    if outcome.published is not None and window.seconds:
+        result.sent = outcome.published
+        result.sent_per_s = round(outcome.published / window.seconds, 1)
+    result.p50_ms, result.p99_ms = window.p50_ms, window.p99_ms
+    cpu = meter.window()
+    if cpu is not None:
+        result.cpu_us_per_msg = cpu.us_per_message(window.received)
+        result.cpu_percent = cpu.percent_of_one_core()
+        result.proxy_threads_us_per_msg = cpu.threads_us_per_message(window.received)
+    if result.ok and window.received == 0:
+        result.status, result.detail = "error", "no message was consumed in the window"
+
+
+def _perftest(
+    scenario: Scenario,
+    target: str,
+    servers: SuiteServers,
+    settings: SuiteSettings,
+    name: str,
+    meter: CpuMeter,
+    log_dir: Path,
+) -> _ToolOutcome:
+    url = servers.proxy_url if target == "proxy" else servers.rabbitmq_url
+    assert url is not None
+    spec = PerfTestSpec(
+        url=url,
+        queue_prefix=f"perftest-{settings.run_id}-{name}",
+        pairs=scenario.pairs,
+        warmup_s=settings.warmup_s,
+        duration_s=settings.duration_s,
+        size=settings.size,
+        rate_per_producer=scenario.rate / scenario.pairs if scenario.rate else None,
+    )
+    say(f"  warm-up {settings.warmup_s} s, measuring {settings.duration_s} s")
+    run = run_perftest(settings.perftest_command, spec, meter, log_dir / "perftest.log")
+    error = run.error if run.complete else (run.error or "no measured window")
+    return _ToolOutcome(run.window_intervals(), error, run.to_json())
+
+
+def _pulsar_perf(
+    scenario: Scenario,
+    servers: SuiteServers,
+    settings: SuiteSettings,
+    name: str,
+    meter: CpuMeter,
+    log_dir: Path,
+) -> _ToolOutcome:
+    assert servers.pulsar_service_url is not None and servers.pulsar_web_url is not None
+    spec = PulsarPerfSpec(
+        service_url=servers.pulsar_service_url,
+        web_url=servers.pulsar_web_url,
+        topic_base=f"persistent://public/default/pulsar-perf-{settings.run_id}-{name}",
+        pairs=scenario.pairs,
+        warmup_s=settings.warmup_s,
+        duration_s=settings.duration_s,
+        size=settings.size,
+        rate=scenario.rate,
+    )
+    warmup = report_intervals(settings.warmup_s) * REPORT_INTERVAL_S
+    measured = report_intervals(settings.duration_s) * REPORT_INTERVAL_S
+    say(f"  pulsar-perf reports every 10 s: warm-up {warmup} s, measuring {measured} s")
+    run = run_pulsar_perf(settings.pulsar_distribution, spec, meter, log_dir)
+    error = run.error if run.complete else (run.error or "no measured window")
+    return _ToolOutcome(run.window_intervals(), error, run.to_json(), run.published_in_window)
+
+
+def _say_result(result: LoadResult) -> None:
+    if not result.ok:
+        say(f"  -> {result.status}: {result.detail}")
+        return
+    cpu = ", ".join(f"{name} {value:g}" for name, value in result.cpu_us_per_msg.items())
+    say(
+        f"  -> {result.received_per_s} msg/s, p50 {result.p50_ms} ms, p99 {result.p99_ms} ms, "
+        f"CPU µs/msg: {cpu or '-'}"
+    )

@@ -1,0 +1,163 @@
+"""The targets of DESIGN.md section 7: the ratios they are stated in, and the verdicts."""
+
+from __future__ import annotations
+
+from starlight_py.bench import java_report
+from starlight_py.bench.load_result import LoadResult
+from starlight_py.bench.targets import (
+    ADDED_LATENCY,
+    PROXY_CPU,
+    PULSAR_CPU,
+    TAIL_LATENCY,
+    THROUGHPUT,
+    figures,
+    goal_for,
+    ratio,
+    verdicts,
+)
+
+
+def row(
+    scenario: str,
+    target: str,
+    rate: float,
+    p50: float,
+    p99: float,
+    cpu: dict[str, float],
+    status: str = "ok",
+) -> LoadResult:
+    tool = "pulsar-perf" if target == "pulsar" else "PerfTest"
+    return LoadResult(
+        scenario,
+        target,
+        tool,
+        status=status,
+        received_per_s=rate,
+        received=int(rate * 30),
+        p50_ms=p50,
+        p99_ms=p99,
+        cpu_us_per_msg=cpu,
+    )
+
+
+RESULTS = [
+    row("1p1c", "proxy", 12_000, 3.0, 20.0, {"proxy": 30.0, "pulsar": 45.0}),
+    row("1p1c", "rabbitmq", 10_000, 2.0, 8.0, {"rabbitmq": 40.0}),
+    row("1p1c", "pulsar", 50_000, 9.0, 16.0, {"pulsar": 20.0}),
+    row("4p4c", "proxy", 5_000, 50.0, 200.0, {"proxy": 80.0, "pulsar": 60.0}),
+    row("4p4c", "rabbitmq", 18_000, 8.0, 120.0, {"rabbitmq": 42.0}),
+    row("4p4c", "pulsar", 0, 0, 0, {}, status="error"),
+    row("1p1c-300", "proxy", 300, 9.5, 24.0, {"proxy": 700.0, "pulsar": 720.0}),
+    row("1p1c-300", "rabbitmq", 300, 0.4, 8.0, {"rabbitmq": 490.0}),
+    row("1p1c-300", "pulsar", 300, 9.0, 21.0, {"pulsar": 530.0}),
+]
+
+
+def test_ratio() -> None:
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio(1.0, 3.0) == 0.333
+    assert ratio(None, 2.0) is None
+    assert ratio(1.0, 0.0) is None
+    assert ratio(1.0, None) is None
+
+
+def test_figures_of_a_saturated_scenario() -> None:
+    assert figures("1p1c", RESULTS) == {
+        THROUGHPUT: 1.2,
+        PROXY_CPU: 30.0,
+        PULSAR_CPU: 2.25,  # 45 µs behind the proxy, 20 behind pulsar-perf
+        TAIL_LATENCY: 2.5,
+        ADDED_LATENCY: -6.0,
+    }
+
+
+def test_a_failed_row_counts_as_missing() -> None:
+    values = figures("4p4c", RESULTS)
+    assert values[PULSAR_CPU] is None
+    assert values[ADDED_LATENCY] is None
+    assert values[THROUGHPUT] == 0.278
+
+
+def test_no_proxy_row_no_figures() -> None:
+    assert set(figures("1p1c", RESULTS[1:3]).values()) == {None}
+
+
+def test_verdicts() -> None:
+    judged = {(v.goal.figure, v.goal.scenario): v for v in verdicts(RESULTS)}
+    assert judged[THROUGHPUT, "1p1c"].met is True
+    assert judged[THROUGHPUT, "4p4c"].met is False
+    assert judged[PROXY_CPU, "1p1c"].met is True  # 30 <= 35
+    assert judged[PROXY_CPU, "4p4c"].met is False
+    assert judged[PROXY_CPU, "1p1c-300"].met is False  # 700 > 150
+    assert judged[PULSAR_CPU, "1p1c"].met is False  # 2.25 > 1.5
+    assert judged[PULSAR_CPU, "4p4c"].met is None
+    assert judged[PULSAR_CPU, "4p4c"].label() == "not measured"
+    assert judged[PULSAR_CPU, "1p1c-300"].value == 1.358
+    assert judged[PULSAR_CPU, "1p1c-300"].met is True
+    assert judged[TAIL_LATENCY, "1p1c-300"].value == 3.0
+    assert judged[TAIL_LATENCY, "1p1c-300"].met is False
+    assert judged[ADDED_LATENCY, "1p1c-300"].value == 0.5
+    assert judged[ADDED_LATENCY, "1p1c-300"].met is True
+    # the tail latency target is stated at the same rate only
+    assert (TAIL_LATENCY, "1p1c") not in judged
+
+
+def test_only_scenarios_that_ran_are_judged() -> None:
+    judged = verdicts([r for r in RESULTS if r.scenario == "1p1c-300"])
+    assert {v.goal.scenario for v in judged} == {"1p1c-300"}
+
+
+def test_limits_are_inclusive() -> None:
+    goal = goal_for(PROXY_CPU, "1p1c")
+    assert goal is not None
+    assert goal.met_by(35.0) is True
+    assert goal.met_by(35.1) is False
+    throughput = goal_for(THROUGHPUT, "4p4c")
+    assert throughput is not None and throughput.met_by(1.0) is True
+    assert goal_for(TAIL_LATENCY, "4p4c") is None
+
+
+def test_the_table_marks_targets_on_the_proxy_rows() -> None:
+    text = java_report.table(RESULTS)
+    lines = text.splitlines()
+    assert lines[0].startswith("| case ")
+    proxy_1p1c = next(line for line in lines if "1p1c " in line and "proxy (PerfTest)" in line)
+    cells = [cell.strip() for cell in proxy_1p1c.strip("|").split("|")]
+    assert cells[2] == "12,000"
+    assert cells[6] == "30.0 ✓"  # proxy µs/msg
+    assert cells[9] == "1.20x ✓"  # proxy ÷ RabbitMQ
+    assert cells[10] == "2.25x ✗"  # Pulsar behind the proxy ÷ pulsar-perf
+    assert cells[11] == "2.50x"  # p99 ratio: no target at saturation
+    failed = next(line for line in lines if "4p4c " in line and "pulsar-perf" in line)
+    assert "| error " in failed
+
+
+def test_verdict_lines_say_met_or_missed() -> None:
+    lines = java_report.verdict_lines(verdicts(RESULTS))
+    assert any(line.startswith("1p1c ") and line.endswith("met") for line in lines)
+    assert any("not measured" in line for line in lines)
+    assert any(line.endswith("missed") for line in lines)
+
+
+def test_workers_and_threads_lines() -> None:
+    proxy = row("1p1c", "proxy", 9000, 3.0, 9.0, {"proxy": 40.0})
+    proxy.proxy_workers = 3
+    proxy.proxy_threads_us_per_msg = {"python3": 30.0, "pulsar-io": 10.0}
+    assert java_report.worker_lines([proxy]) == [
+        "1p1c      3 workers: 9,000 msg/s, 3,000 msg/s per worker"
+    ]
+    assert java_report.thread_lines([proxy]) == ["1p1c      python3 30 | pulsar-io 10"]
+    assert "proxy 3 workers (PerfTest)" in java_report.table([proxy])
+
+
+def test_long_failure_details_are_cut() -> None:
+    failed = row("1p1c", "pulsar", 0, 0, 0, {}, status="error")
+    failed.detail = "pulsar-perf produce exited early:\n" + "\n".join(f"l{i}" for i in range(30))
+    (entry,) = java_report.problem_lines([failed], detail_lines=3)
+    assert entry.splitlines() == [
+        "1p1c pulsar: error: pulsar-perf produce exited early:",
+        "...",
+        "l27",
+        "l28",
+        "l29",
+    ]
