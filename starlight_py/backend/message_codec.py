@@ -18,7 +18,6 @@ import base64
 import datetime
 import decimal
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from pamqp import commands, header
@@ -52,19 +51,44 @@ _READABLE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
 class DecodedMessage:
-    exchange: str
-    routing_key: str
-    raw_properties: bytes  # AMQP property flags and values, delivered as they are
-    body: bytes
-    # The same properties decoded (decode() needs them once to validate the raw bytes).
-    decoded_properties: commands.Basic.Properties = field(compare=False, repr=False)
+    """The AMQP view of a Pulsar message (a value: nothing changes it after it is made; a
+    plain class, made once per delivery, is cheaper than a frozen dataclass)."""
+
+    __slots__ = ("body", "decoded_properties", "exchange", "raw_properties", "routing_key")
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        raw_properties: bytes,
+        body: bytes,
+        decoded_properties: commands.Basic.Properties,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.raw_properties = raw_properties  # AMQP property flags and values, as they are
+        self.body = body
+        # The same properties decoded (decode() needs them once to validate the raw bytes).
+        self.decoded_properties = decoded_properties
 
     @property
     def properties(self) -> commands.Basic.Properties:
         """For headers-exchange filtering and tests; deliveries forward the raw bytes."""
         return self.decoded_properties
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DecodedMessage) and (
+            self.exchange,
+            self.routing_key,
+            self.raw_properties,
+            self.body,
+        ) == (other.exchange, other.routing_key, other.raw_properties, other.body)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"DecodedMessage({self.exchange!r}, {self.routing_key!r}, {len(self.body)} bytes)"
 
 
 def _text(value: Any) -> str:

@@ -85,16 +85,28 @@ class FrameSink(Protocol):
     def write_channel(self, channel: int, data: bytes) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
 class Deliverable:
-    """A message as the client gets it (what `vet` says of a source it lets through)."""
+    """A message as the client gets it (what `vet` says of a source it lets through). A
+    value: nothing changes it after it is made (a plain class, made once per delivery, is
+    cheaper than a frozen dataclass)."""
 
-    exchange: str
-    routing_key: str
-    raw_properties: bytes
-    body: bytes
-    redelivered: bool
-    queue: Any = None  # the queue record, kept with the delivery for dead-lettering
+    __slots__ = ("body", "exchange", "queue", "raw_properties", "redelivered", "routing_key")
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        raw_properties: bytes,
+        body: bytes,
+        redelivered: bool,
+        queue: Any = None,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.raw_properties = raw_properties
+        self.body = body
+        self.redelivered = redelivered
+        self.queue = queue  # the queue record, kept with the delivery for dead-lettering
 
 
 # vet(consumer, source): the message as it is to be delivered now, or None when it is not

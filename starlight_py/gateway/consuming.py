@@ -465,7 +465,7 @@ class Consumers:
             binding_set.entries,
             decoded.routing_key,
             headers,
-            message.position,
+            lambda: message.position,
         ):
             return decoded
         return None

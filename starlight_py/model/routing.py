@@ -125,19 +125,24 @@ def any_binding_routes(
     entries: Iterable[Any],
     routing_key: str,
     headers: Mapping[str, Any] | None,
-    position: MessageIdRecord | None,
+    position: MessageIdRecord | Callable[[], MessageIdRecord | None] | None,
 ) -> bool:
     """True when one of a queue's binding entries (objects with routing_key, arguments,
     start, end, unbound) on this topic routes the message: the queue gets it once. A
     priority band's topic holds only what was routed to the queue: all of it is the
-    queue's."""
+    queue's. `position` may be given as a function: it is asked only when an entry's window
+    needs it (most bindings route everything their subscription reads)."""
     if exchange_type == PRIORITY_BAND_TYPE:
         return True
-    return any(
-        binding_matches(exchange_type, e.routing_key, e.arguments, routing_key, headers)
-        and within_window(position, e.start, e.end, e.unbound)
-        for e in entries
-    )
+    for e in entries:
+        if not binding_matches(exchange_type, e.routing_key, e.arguments, routing_key, headers):
+            continue
+        if e.start is None and not e.unbound:
+            return True  # since the subscription was created: no window to check
+        at = position() if callable(position) else position
+        if within_window(at, e.start, e.end, e.unbound):
+            return True
+    return False
 
 
 class _HasAlternate(Protocol):
