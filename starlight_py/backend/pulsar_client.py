@@ -392,6 +392,20 @@ class PulsarBackend:
             **security,
         )
 
+    def name_threads(self, topic: TopicName) -> None:
+        """Have pulsar-client start its I/O and timer threads from a thread named
+        `pulsar-client`, which they inherit (they have no names of their own): the bench and
+        `top -H` can then tell them apart. A lookup of `topic` in the background does it."""
+
+        def look_up() -> None:
+            _name_native_thread(b"pulsar-client")
+            try:
+                self._client.get_topic_partitions(str(topic))
+            except pulsar.PulsarException as e:
+                log.debug("first lookup: %s", e)
+
+        threading.Thread(target=look_up, name="pulsar-client", daemon=True).start()
+
     @classmethod
     def from_config(cls, config: StarlightConfig) -> PulsarBackend:
         """The client of the proxy's configuration (TLS URL, trust and credentials when

@@ -168,7 +168,7 @@ class SubscriptionCleaner:
         topic = naming.TopicName(namespace, record.topic)
         if record.drain:
             position = self.admin.cursor_position(topic, record.subscription)
-            if position is not None and record.end is not None and position < record.end:
+            if position is not None and record.end is not None and position < record.end.entry():
                 self._report.waiting_to_drain += 1
                 return
             # Drained (or gone): consumers still reading it let go when they see this.
@@ -239,7 +239,9 @@ class SubscriptionCleaner:
         if not isinstance(current, BindingSet):
             return
         keep = tuple(
-            e for e in current.entries if e.active or (e.end is not None and position < e.end)
+            e
+            for e in current.entries
+            if e.active or (e.end is not None and position < e.end.entry())
         )
         if len(keep) == len(current.entries):
             return

@@ -596,7 +596,11 @@ class Consumers:
             stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
             found_stats = stats.get(binding_set.subscription)
             if found_stats is not None:
-                ready[binding_set.subscription] = found_stats.ready
+                # With batching, Pulsar counts entries: one partly acknowledged (or held by
+                # a closing getter) may still have ready messages whatever `ready` says.
+                ready[binding_set.subscription] = (
+                    found_stats.backlog if self.backend.batching else found_stats.ready
+                )
         total_ready = sum(ready.values())
         for binding_set in sets:
             getter = session.getters.get(binding_set.subscription)

@@ -47,6 +47,7 @@ from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.metadata.records import Paths
 from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName, NamespaceRules
+from starlight_py.model.naming import TopicName
 from starlight_py.model.proxy_protocol import ProxyHeader, ProxyProtocolError
 from starlight_py.ops.health import serve_health
 from starlight_py.ops.metrics import LiveCounts, ProxyMetrics
@@ -305,6 +306,9 @@ async def serve(
         lambda: services.cache.last_change,
         lambda: services.cleaner.stats if services.cleaner is not None else None,
     )
+    services.backend.name_threads(
+        TopicName(NamespaceName(config.default_tenant, config.default_namespace), "starlight")
+    )
     if config.producer_batching:
         await trio.to_thread.run_sync(_check_batch_index_acks, services)
     await _connect_metadata(services.zookeeper)
@@ -372,17 +376,18 @@ BATCH_INDEX_ACKS = "acknowledgmentAtBatchIndexLevelEnabled"
 
 def _check_batch_index_acks(services: ProxyServices) -> None:
     """pulsarProducerBatching needs brokers that acknowledge a batch's messages one by one:
-    without it, a negative ack of one message would redeliver its whole batch. Batching is
-    turned off when the broker says it does not; a broker that cannot be asked is trusted,
-    with a warning."""
+    without it, acknowledging one message of a batch is not recorded at all until every
+    message of the batch is. Batching is turned off unless the broker says it has it."""
     try:
         value = services.topology.admin.broker_setting(BATCH_INDEX_ACKS)
     except (PulsarAdminError, BackendUnavailable) as e:
-        log.warning(
-            "pulsarProducerBatching: cannot read the broker's %s (%s); make sure it is true",
+        log.error(
+            "pulsarProducerBatching is on but the broker's %s cannot be read (%s): batching "
+            "turned off (the proxy's Pulsar role needs to read the broker configuration)",
             BATCH_INDEX_ACKS,
             e,
         )
+        services.backend.batching = False
         return
     if value != "true":
         log.error(

@@ -51,6 +51,14 @@ class MessageIdRecord:
             return NotImplemented
         return self._order >= other._order
 
+    def entry(self) -> MessageIdRecord:
+        """The position of the whole entry this message is in (batch index -1). A cursor's
+        mark-delete position is an entry: it has reached a batched message's end once it
+        reaches that message's entry."""
+        if self.batch_index == -1:
+            return self
+        return MessageIdRecord(self.ledger_id, self.entry_id, -1, self.partition)
+
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}:{self.partition}"
 

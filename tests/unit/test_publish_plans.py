@@ -1,0 +1,226 @@
+"""The publish fast path (gateway/publishing.py): routes kept per (exchange, routing key) are
+used only while the topology is unchanged and their producer is in the pool, and never for a
+route that depends on the message itself (priority bands, headers exchanges)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from pamqp import commands, header
+
+from starlight_py.amqp.hot_frames import Publish
+from starlight_py.backend.message_codec import IN_PRIORITY_BAND_KEY, ROUTING_KEY_KEY
+from starlight_py.backend.pulsar_client import ProducerHandle
+from starlight_py.core.channel import Channel
+from starlight_py.gateway.publishing import ProducerPool, Publisher
+from starlight_py.gateway.topology_methods import VhostContext
+from starlight_py.model import naming
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.topology import Exchange, Queue
+
+NAMESPACE = NamespaceName("public", "default")
+
+
+class RawProducer:
+    """Stands in for pulsar-client's producer: records what is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send_async(self, message: Any, callback: Any) -> None:
+        self.sent.append(message)
+
+    def flush_async(self, callback: Any) -> None:
+        callback(0)  # pulsar.Result.Ok
+
+
+class Wrapper:
+    def __init__(self) -> None:
+        self._producer = RawProducer()
+
+
+class Cache:
+    """The watched topology cache, as far as the publish path reads it."""
+
+    def __init__(self) -> None:
+        self.changes = 0
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        self.priorities: dict[str, int] = {}
+        self.routes: dict[tuple[str, str], set[str]] = {}  # (exchange, key) -> queues
+        self.asked = 0
+
+    def exchange(self, vhost: str, name: str) -> Exchange | None:
+        self.asked += 1
+        return self.exchanges.get(name)
+
+    def queue(self, vhost: str, name: str) -> Queue | None:
+        return self.queues.get(name)
+
+    def has_route(self, vhost: str, exchange: Exchange, key: str, headers: Any) -> bool:
+        if exchange.name == "":
+            return key in self.queues
+        return bool(self.routes.get((exchange.name, key)))
+
+    def routed_queues(self, vhost: str, exchange: Exchange, key: str, headers: Any) -> set[str]:
+        if exchange.name == "":
+            return {key} if key in self.queues else set()
+        return set(self.routes.get((exchange.name, key), set()))
+
+    def length_limits(self, vhost: str) -> dict[str, Any]:
+        return {}
+
+    def max_priorities(self, vhost: str) -> dict[str, int]:
+        return self.priorities
+
+
+class Sink:
+    pending_output = 0
+
+    def write_channel(self, channel: int, data: bytes) -> None:
+        pass
+
+
+def properties_of(**fields: Any) -> tuple[commands.Basic.Properties, bytes]:
+    properties = commands.Basic.Properties(**fields)
+    return properties, header.ContentHeader(0, 0, properties).marshal()[12:]
+
+
+Setup = tuple[Publisher, Cache, ProducerPool, Channel]
+
+
+def in_trio(test: Callable[[Setup], None]) -> Callable[[], None]:
+    """Run the test body inside trio (the publish path reads trio's clock and its Batchers
+    need a trio token), with a publisher on a fake cache and producer pool."""
+
+    def run() -> None:
+        async def main() -> None:
+            cache = Cache()
+            pool = ProducerPool(None)  # type: ignore[arg-type]
+            ctx = VhostContext("/", NAMESPACE, "owner")
+            publisher = Publisher(Sink(), ctx, cache, None, pool, lambda: None)  # type: ignore[arg-type]
+            channel = Channel(1, Sink(), lambda c, s: None, frame_max=131072, clock=time.monotonic)
+            test((publisher, cache, pool, channel))
+
+        trio.run(main)
+
+    run.__name__ = test.__name__
+    return run
+
+
+def flush(publisher: Publisher) -> None:
+    """End of a read: flush, and hand the outcomes over as the Batcher would."""
+    flushed: list[Any] = []
+    publisher._flushed.put = flushed.append  # type: ignore[method-assign]
+    publisher.flush()
+    publisher._on_flushed(flushed)
+
+
+def producer_for(pool: ProducerPool, topic: naming.TopicName) -> RawProducer:
+    handle = ProducerHandle(Wrapper(), 1000, topic)
+    pool._producers[str(topic)] = handle
+    raw: RawProducer = handle._raw
+    return raw
+
+
+@in_trio
+def test_a_route_is_planned_once_and_used_while_the_topology_is_unchanged(setup: Setup) -> None:
+    publisher, cache, pool, channel = setup
+    cache.queues["q"] = Queue("q")
+    raw = producer_for(pool, naming.exchange_topic(NAMESPACE, "", "direct", "q"))
+    properties, encoded = properties_of(delivery_mode=2)
+    publish = Publish("", "q", False, False)
+    for _ in range(3):
+        assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert len(raw.sent) == 3
+    assert list(publisher._plans) == [("", "q")]
+    # The queue goes away: the next publish looks again and leaves it to the slow path.
+    del cache.queues["q"]
+    cache.changes += 1
+    assert not publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert len(raw.sent) == 3
+
+
+@in_trio
+def test_a_closed_producer_is_never_used_by_a_plan(setup: Setup) -> None:
+    publisher, cache, pool, channel = setup
+    cache.queues["q"] = Queue("q")
+    topic = naming.exchange_topic(NAMESPACE, "", "direct", "q")
+    producer_for(pool, topic)
+    properties, encoded = properties_of()
+    publish = Publish("", "q", False, False)
+    assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    flush(publisher)
+    pool._producers[str(topic)].last_used = float("-inf")  # idle for long
+    taken = pool.take_idle()
+    assert [p.retired for p in taken] == [True]
+    # The plan's producer is retired; there is no producer for the topic any more.
+    assert not publisher.publish_now(channel, publish, properties, b"m", encoded)
+
+
+@in_trio
+def test_routes_that_depend_on_the_message_are_not_planned(setup: Setup) -> None:
+    publisher, cache, pool, channel = setup
+    cache.queues["prio"] = Queue("prio", arguments={"x-max-priority": 5})
+    cache.priorities["prio"] = 5
+    for band in range(6):
+        producer_for(pool, naming.priority_band_topic(NAMESPACE, "prio", band))
+    publish = Publish("", "prio", False, False)
+    for priority in (1, 4):
+        properties, encoded = properties_of(priority=priority)
+        assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert publisher._plans == {}
+    sent_to = {
+        str(topic): handle._raw.sent
+        for topic, handle in pool._producers.items()
+        if handle._raw.sent
+    }
+    assert len(sent_to) == 2  # two priorities, two bands
+
+
+@in_trio
+def test_headers_exchanges_are_not_planned(setup: Setup) -> None:
+    publisher, cache, pool, channel = setup
+    cache.exchanges["h"] = Exchange("h", "headers")
+    cache.routes[("h", "")] = {"q"}
+    raw = producer_for(pool, naming.exchange_topic(NAMESPACE, "h", "headers", ""))
+    properties, encoded = properties_of(headers={"a": 1})
+    assert publisher.publish_now(channel, Publish("h", "", False, False), properties, b"m", encoded)
+    assert len(raw.sent) == 1
+    assert publisher._plans == {}
+
+
+@in_trio
+def test_property_maps_name_the_exchange_and_routing_key(setup: Setup) -> None:
+    publisher, cache, pool, channel = setup
+    cache.exchanges["x"] = Exchange("x", "direct")
+    cache.routes[("x", "k")] = {"q"}
+    producer_for(pool, naming.exchange_topic(NAMESPACE, "x", "direct", "k"))
+    properties, encoded = properties_of(content_type="text/plain")
+    publish = Publish("x", "k", False, False)
+    assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    [plan] = publisher._plans.values()
+    [mapped] = plan.properties.values()
+    assert mapped[ROUTING_KEY_KEY] == "k" and mapped["amqp.exchange"] == "x"
+    assert IN_PRIORITY_BAND_KEY not in mapped
+
+
+@in_trio
+def test_confirms_come_from_the_flush(setup: Setup) -> None:
+    publisher, cache, pool, channel = setup
+    cache.queues["q"] = Queue("q")
+    producer_for(pool, naming.exchange_topic(NAMESPACE, "", "direct", "q"))
+    channel.confirm_select(nowait=True)
+    properties, encoded = properties_of()
+    for _ in range(3):
+        publisher.publish_now(channel, Publish("", "q", False, False), properties, b"m", encoded)
+    assert channel.unconfirmed == 3
+    handle = next(iter(pool._producers.values()))
+    assert handle.in_flight == 3
+    flush(publisher)
+    assert channel.unconfirmed == 0
+    assert handle.in_flight == 0
