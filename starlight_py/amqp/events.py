@@ -9,6 +9,7 @@ connection sends nothing for them, which keeps replies in the order RabbitMQ giv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pamqp import commands
 from pamqp.common import FieldTable
@@ -41,16 +42,18 @@ class ChannelOpened:
     channel: int
 
 
-@dataclass(frozen=True, slots=True)
-class MethodReceived:
+# The two events of every message are NamedTuples: as immutable as frozen dataclasses, and
+# made in a third of the time (one or two of them per message).
+
+
+class MethodReceived(NamedTuple):
     """A method for the I/O shell to carry out on an open channel (queue.declare, basic.ack...)."""
 
     channel: int
     method: Method
 
 
-@dataclass(frozen=True, slots=True)
-class ContentReceived:
+class ContentReceived(NamedTuple):
     """A complete content-bearing method (basic.publish) with its properties and body."""
 
     channel: int
