@@ -178,6 +178,7 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
             args.proxy_set,
             cprofile_out=cprofile_out,
             workers=args.proxy_workers,
+            code=args.proxy_code,
         )
         proxy_pids = {"proxy": proxy.pid}
         if args.proxy_workers > 1:

@@ -314,8 +314,10 @@ def start_proxy(
     extra_settings: Sequence[str] = (),
     cprofile_out: Path | None = None,
     workers: int = 1,
+    code: Path | None = None,
 ) -> tuple[GroupProcess, str]:
     """`python -m starlight_py serve` as a subprocess; returns it and its amqp:// URL.
+    `code`: a checkout to run the proxy from instead of this one.
 
     Raises BenchError.
     """
@@ -334,7 +336,12 @@ def start_proxy(
         argv += ["--workers", str(workers)]
     for setting in settings:
         argv += ["--set", setting]
-    proxy = GroupProcess("proxy", argv, base / "proxy.log")
+    env = None
+    if code is not None:
+        if not (code / "starlight_py").is_dir():
+            raise BenchError(f"--proxy-code {code}: no starlight_py/ there")
+        env = {**os.environ, "PYTHONPATH": str(code.resolve())}
+    proxy = GroupProcess("proxy", argv, base / "proxy.log", env=env, cwd=code)
     say(f"starting the proxy on {LOOPBACK}:{port} (log: {proxy.log_path})")
     proxy.start()
     # The proxy exits on SIGTERM through its own signal handler (cProfile then writes).

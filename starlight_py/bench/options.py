@@ -199,6 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
         "RSS is worker 0's",
     )
     parser.add_argument(
+        "--proxy-code",
+        type=Path,
+        metavar="DIR",
+        help="run the proxy from another checkout (its top folder, holding starlight_py/): "
+        "compare two builds on the same machine, e.g. a `git worktree` of an older commit",
+    )
+    parser.add_argument(
         "--proxy-set",
         metavar="KEY=VALUE",
         action="append",
