@@ -96,8 +96,6 @@ TRACKED_SIZE = 512 * 1024
 # this long (ms) for more once at least one is there.
 READ_BATCH = 256
 READ_BATCH_WAIT_MS = 1
-# A hand-over of at least this many messages switches the reader to waiting for batches.
-BUSY_BATCH = 16
 _PR_SET_NAME = 15
 
 
@@ -222,12 +220,11 @@ class ConsumerHandle:
     """One Pulsar consumer on one binding subscription.
 
     With `start_reading`, a thread of its own takes messages from pulsar-client in batches
-    and hands each batch to the gateway (one GIL hand-over per batch, where a message
-    listener costs one per message). While messages come slowly it blocks in `receive()`
-    (nothing while idle) and takes whatever else is already there; once they come fast it
-    waits up to READ_BATCH_WAIT_MS for fuller batches (`batch_receive`). `pause()` stops
-    the thread before its next receive: pulsar-client's receiver queue then fills up and
-    the broker stops sending."""
+    (`batch_receive`: one GIL hand-over per batch, where a message listener costs one per
+    message) and hands each batch to the gateway; when nothing comes within
+    READ_BATCH_WAIT_MS it blocks in `receive()`, which costs nothing while the queue is
+    idle. `pause()` stops the thread before its next receive: pulsar-client's receiver
+    queue then fills up and the broker stops sending."""
 
     def __init__(self, topic: TopicName, subscription: str) -> None:
         self.topic = topic
@@ -275,27 +272,14 @@ class ConsumerHandle:
         _name_native_thread(b"starlight-read")
         consumer = self._consumer
         gate = self._gate
-        busy = False  # the last hand-over was a large batch: messages come fast
         while True:
             gate.wait()
             if self._closed:
                 return
             try:
-                if busy:
-                    # Fast: wait up to READ_BATCH_WAIT_MS for a full batch.
-                    batch = consumer.batch_receive()
-                    if not batch:
-                        busy = False
-                        continue
-                else:
-                    # Slow or idle: block until a message comes, take what else is there
-                    # already, and hand it over at once (no batch timer per message).
-                    batch = [consumer.receive()]
-                    while len(batch) < READ_BATCH:
-                        try:
-                            batch.append(consumer.receive(0))
-                        except pulsar.Timeout:
-                            break
+                batch = consumer.batch_receive()
+                if not batch:
+                    batch = [consumer.receive()]  # idle: wait without polling
             except pulsar.AlreadyClosed:
                 return
             except pulsar.PulsarException as e:
@@ -304,7 +288,6 @@ class ConsumerHandle:
                 log.debug("receiving from %s: %s", self.topic, e)
                 time.sleep(0.1)
                 continue
-            busy = len(batch) >= BUSY_BATCH
             listener(self, [ReceivedMessage(raw, self) for raw in batch])
 
     def receive(self, timeout: float) -> ReceivedMessage | None:
