@@ -11,24 +11,18 @@ whoever waited re-checks the marker first. About 8 MB in 25 jars.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import re
 import shutil
-import subprocess
 import tempfile
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from starlight_py.local import LocalInfraError, default_cache_dir, find_java
+from starlight_py.local.distribution import exclusive_lock, make_cache_dir, run_maven
 
 PERFTEST_VERSION = "2.22.1"
 PERFTEST_MAIN_CLASS = "com.rabbitmq.perf.PerfTest"
 _MARKER = ".starlight-fetch-complete"
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_MAVEN_TAIL_LINES = 15
 
 Log = Callable[[str], None]
 
@@ -64,14 +58,8 @@ def ensure_perftest(
     target = root / f"perftest-{version}"
     if (target / _MARKER).is_file():
         return target
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise LocalInfraError(
-            f"cannot create the cache folder {root}: {e.strerror}; "
-            "set STARLIGHT_CACHE_DIR to a writable folder"
-        ) from e
-    with _exclusive_lock(root / f".perftest-{version}.lock", version, log):
+    make_cache_dir(root)
+    with exclusive_lock(root / f".perftest-{version}.lock", f"PerfTest {version}", log):
         if not (target / _MARKER).is_file():  # another process may have done it meanwhile
             _fetch_and_publish(root, target, version, log)
     return target
@@ -80,24 +68,6 @@ def ensure_perftest(
 def perftest_command(home: Path, java: str) -> list[str]:
     """The command line that runs PerfTest from ``home``, before its own arguments."""
     return [java, "-cp", str(home / "lib" / "*"), PERFTEST_MAIN_CLASS]
-
-
-@contextlib.contextmanager
-def _exclusive_lock(path: Path, version: str, log: Log) -> Iterator[None]:
-    try:
-        handle = path.open("a")
-    except OSError as e:
-        raise LocalInfraError(f"cannot create the lock file {path}: {e.strerror}") from e
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another process that is fetching PerfTest {version}")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _fetch_and_publish(root: Path, target: Path, version: str, log: Log) -> None:
@@ -139,43 +109,18 @@ def _fetch_and_publish(root: Path, target: Path, version: str, log: Log) -> None
 
 def _maven_copy_dependencies(mvn: str, work: Path, lib: Path, log: Log) -> None:
     # -B: no progress bars or colours, but not -q: a first fetch shows its downloads.
-    command = [
-        mvn,
-        "-B",
-        "-f",
-        str(work / "pom.xml"),
-        "dependency:copy-dependencies",
-        f"-DoutputDirectory={lib}",
-        "-DincludeScope=runtime",
-    ]
-    tail: deque[str] = deque(maxlen=_MAVEN_TAIL_LINES)
-    try:
-        maven = subprocess.Popen(
-            command,
-            cwd=work,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-    except OSError as e:
-        raise LocalInfraError(f"cannot run {mvn}: {e}") from e
-    with maven:
-        try:
-            assert maven.stdout is not None
-            for raw in maven.stdout:
-                line = _ANSI_ESCAPE.sub("", raw).rstrip()  # Maven 3.8 colours even with -B
-                tail.append(line)
-                if any(word in line for word in ("Download", "ERROR", "BUILD")):
-                    log(f"  mvn: {line}")
-            code = maven.wait()
-        finally:
-            if maven.poll() is None:
-                maven.kill()
-    if code != 0:
-        raise LocalInfraError(
-            f"Maven could not fetch com.rabbitmq:perf-test (`mvn` exit code {code}). Check "
-            "that Maven Central or your mirror is reachable (proxies are configured in "
-            "~/.m2/settings.xml). Last lines of Maven's output:\n" + "\n".join(tail)
-        )
+    run_maven(
+        [
+            mvn,
+            "-B",
+            "-f",
+            str(work / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={lib}",
+            "-DincludeScope=runtime",
+        ],
+        work,
+        "com.rabbitmq:perf-test",
+        lambda line: log(f"  mvn: {line}"),
+        lambda line: any(word in line for word in ("Download", "ERROR", "BUILD")),
+    )

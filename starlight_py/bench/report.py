@@ -136,7 +136,7 @@ def problems(results: Sequence[CaseResult]) -> list[str]:
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    path.write_text(json.dumps(document, indent=2, default=str) + "\n")
 
 
 def slope_kib_per_min(samples: Sequence[tuple[float, int]]) -> float | None:

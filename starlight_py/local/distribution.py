@@ -164,6 +164,16 @@ def ensure_pulsar_distribution(
     target = root / f"apache-pulsar-{version}"
     if (target / _MARKER).is_file():
         return target
+    make_cache_dir(root)
+    with exclusive_lock(root / f".pulsar-{version}.lock", f"Pulsar {version}", log):
+        # Another process may have finished the job while we waited for the lock.
+        if not (target / _MARKER).is_file():
+            _fetch_and_publish(root, target, version, log)
+    return target
+
+
+def make_cache_dir(root: Path) -> None:
+    """Create the cache folder; raises LocalInfraError when it cannot."""
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -171,15 +181,13 @@ def ensure_pulsar_distribution(
             f"cannot create the cache folder {root}: {e.strerror}; "
             "set STARLIGHT_CACHE_DIR to a writable folder"
         ) from e
-    with _exclusive_lock(root / f".pulsar-{version}.lock", version, log):
-        # Another process may have finished the job while we waited for the lock.
-        if not (target / _MARKER).is_file():
-            _fetch_and_publish(root, target, version, log)
-    return target
 
 
 @contextlib.contextmanager
-def _exclusive_lock(path: Path, version: str, log: Log) -> Iterator[None]:
+def exclusive_lock(path: Path, what: str, log: Log) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if missing) while fetching `what` into its
+    folder; another process fetching the same waits, and says so. Raises LocalInfraError
+    when the lock file cannot be created."""
     try:
         handle = path.open("a")
     except OSError as e:
@@ -188,7 +196,7 @@ def _exclusive_lock(path: Path, version: str, log: Log) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log(f"waiting for another process that is fetching Pulsar {version} into {path.parent}")
+            log(f"waiting for another process that is fetching {what} into {path.parent}")
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -241,43 +249,18 @@ def _maven_copy(mvn: str, coordinates: str, work: Path, log: Log) -> Path:
     download = work / "download"
     # -B: no progress bars or colours, but not -q: the user should see Maven's
     # "Downloading ..." / "Downloaded ..." lines for a 250 MB fetch.
-    command = [
-        mvn,
-        "-B",
-        "dependency:copy",
-        f"-Dartifact={coordinates}",
-        f"-DoutputDirectory={download}",
-    ]
-    tail: deque[str] = deque(maxlen=_MAVEN_TAIL_LINES)
-    # cwd is our empty work folder: run where a pom.xml lives, Maven would build that
-    # project's context first.
-    with subprocess.Popen(
-        command,
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-    ) as maven:
-        try:
-            assert maven.stdout is not None
-            for raw in maven.stdout:
-                # Maven 3.8 emits colour resets even in batch mode.
-                line = _ANSI_ESCAPE.sub("", raw).rstrip()
-                tail.append(line)
-                log(line)
-            code = maven.wait()
-        finally:
-            if maven.poll() is None:
-                maven.kill()
-    if code != 0:
-        raise LocalInfraError(
-            f"Maven could not fetch {coordinates} (`mvn` exit code {code}). Check that Maven "
-            "Central (https://repo.maven.apache.org/maven2) or your mirror is reachable from "
-            "this machine (proxies are configured in ~/.m2/settings.xml). Last lines of "
-            "Maven's output:\n" + "\n".join(tail)
-        )
+    tail = run_maven(
+        [
+            mvn,
+            "-B",
+            "dependency:copy",
+            f"-Dartifact={coordinates}",
+            f"-DoutputDirectory={download}",
+        ],
+        work,
+        coordinates,
+        log,
+    )
     tarballs = sorted(download.glob("*.tar.gz"))
     if not tarballs:
         raise LocalInfraError(
@@ -285,6 +268,54 @@ def _maven_copy(mvn: str, coordinates: str, work: Path, log: Log) -> Path:
             "output:\n" + "\n".join(tail)
         )
     return tarballs[0]
+
+
+def run_maven(
+    command: list[str],
+    work: Path,
+    what: str,
+    log: Log,
+    shown: Callable[[str], bool] = lambda line: True,
+) -> list[str]:
+    """Run Maven in the folder `work` to fetch `what`, passing the lines `shown` accepts to
+    `log`; returns the last lines of its output. Raises LocalInfraError when Maven cannot
+    run or fails (with those lines and where to look)."""
+    tail: deque[str] = deque(maxlen=_MAVEN_TAIL_LINES)
+    # cwd is the work folder: run where another pom.xml lives, Maven would build that
+    # project's context first.
+    try:
+        maven = subprocess.Popen(
+            command,
+            cwd=work,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+    except OSError as e:
+        raise LocalInfraError(f"cannot run {command[0]}: {e}") from e
+    with maven:
+        try:
+            assert maven.stdout is not None
+            for raw in maven.stdout:
+                # Maven 3.8 emits colour resets even in batch mode.
+                line = _ANSI_ESCAPE.sub("", raw).rstrip()
+                tail.append(line)
+                if shown(line):
+                    log(line)
+            code = maven.wait()
+        finally:
+            if maven.poll() is None:
+                maven.kill()
+    if code != 0:
+        raise LocalInfraError(
+            f"Maven could not fetch {what} (`mvn` exit code {code}). Check that Maven "
+            "Central (https://repo.maven.apache.org/maven2) or your mirror is reachable from "
+            "this machine (proxies are configured in ~/.m2/settings.xml). Last lines of "
+            "Maven's output:\n" + "\n".join(tail)
+        )
+    return list(tail)
 
 
 def _extract(tarball: Path, destination: Path, folder_name: str) -> Path:

@@ -10,16 +10,20 @@ from collections.abc import Callable, Iterator
 
 import pika
 import pytest
-from pamqp import body as pamqp_body
-from pamqp import commands, frame
-from pamqp import header as pamqp_header
+from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel
 
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.local.external import ServiceEndpoints
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
-from tests.support.amqp_fixtures import Deliveries, pump, unique
+from tests.support.amqp_fixtures import (
+    Deliveries,
+    back_to_back_publishes,
+    confirmed_tags,
+    pump,
+    unique,
+)
 from tests.support.proxy_runner import ProxyThread
 from tests.support.raw_amqp import RawClient
 
@@ -49,20 +53,8 @@ def publish_burst(proxy: ProxyThread, queue: str, count: int = BURST) -> None:
         client.open_channel(1)
         client.send_method(1, commands.Confirm.Select())
         assert isinstance(client.read_method()[1], commands.Confirm.SelectOk)
-        data = b""
-        for i in range(count):
-            payload = f"m{i}".encode()
-            data += frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
-            data += frame.marshal(
-                pamqp_header.ContentHeader(0, len(payload), commands.Basic.Properties()), 1
-            )
-            data += frame.marshal(pamqp_body.ContentBody(payload), 1)
-        client.send(data)
-        confirmed = 0
-        while confirmed < count:
-            _, method = client.read_method()
-            assert isinstance(method, commands.Basic.Ack), method
-            confirmed = method.delivery_tag
+        client.send(back_to_back_publishes(queue, count))
+        assert confirmed_tags(client, count) == set(range(1, count + 1))
     finally:
         client.close()
 

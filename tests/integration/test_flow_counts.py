@@ -9,9 +9,7 @@ from collections.abc import Callable
 import pika
 import pika.exceptions
 import pytest
-from pamqp import body as pamqp_body
-from pamqp import commands, frame
-from pamqp import header as pamqp_header
+from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from tests.integration.conftest import Broker
@@ -77,24 +75,8 @@ def test_declare_ok_message_count_after_pipelined_confirmed_publishes(
     with raw_channel(broker) as client:
         client.send_method(1, commands.Confirm.Select())
         assert isinstance(client.read_method()[1], commands.Confirm.SelectOk)
-        data = b""
-        for i in range(total):
-            payload = f"m{i}".encode()
-            data += frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
-            data += frame.marshal(
-                pamqp_header.ContentHeader(0, len(payload), commands.Basic.Properties()), 1
-            )
-            data += frame.marshal(pamqp_body.ContentBody(payload), 1)
-        client.send(data)
-        acked: set[int] = set()
-        while len(acked) < total:
-            try:
-                _, method = client.read_method(timeout=10)
-            except TimeoutError:
-                break
-            assert isinstance(method, commands.Basic.Ack), method
-            last = method.delivery_tag
-            acked |= set(range(1, last + 1)) if method.multiple else {last}
+        client.send(amqp_fixtures.back_to_back_publishes(queue, total))
+        acked = amqp_fixtures.confirmed_tags(client, total)
         assert acked == set(range(1, total + 1))
     assert wait_for_counts(channel, queue, (total, 0)) == (total, 0)
 

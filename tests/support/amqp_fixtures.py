@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands
+from pamqp import body as pamqp_body
+from pamqp import commands, frame
+from pamqp import header as pamqp_header
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from tests.support.raw_amqp import RawClient
@@ -217,3 +219,32 @@ def next_reply(client: RawClient) -> object:
     channel, method = client.read_method()
     assert channel == 1, (channel, method)
     return method
+
+
+def back_to_back_publishes(queue: str, count: int, channel: int = 1) -> bytes:
+    """`count` basic.publish to `queue` (bodies m0, m1, ...) encoded as one byte string: sent
+    with one write, the broker reads them together."""
+    data = b""
+    for i in range(count):
+        payload = f"m{i}".encode()
+        data += frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), channel)
+        data += frame.marshal(
+            pamqp_header.ContentHeader(0, len(payload), commands.Basic.Properties()), channel
+        )
+        data += frame.marshal(pamqp_body.ContentBody(payload), channel)
+    return data
+
+
+def confirmed_tags(client: RawClient, count: int, timeout: float = 10) -> set[int]:
+    """Read confirms (basic.ack) until `count` publishes are acked or nothing comes for
+    `timeout` s; returns the acked delivery tags."""
+    acked: set[int] = set()
+    while len(acked) < count:
+        try:
+            _, method = client.read_method(timeout=timeout)
+        except TimeoutError:
+            break
+        assert isinstance(method, commands.Basic.Ack), method
+        last = method.delivery_tag
+        acked |= set(range(1, last + 1)) if method.multiple else {last}
+    return acked
