@@ -59,7 +59,7 @@ from starlight_py.core.commands import (
     Unacked,
 )
 from starlight_py.core.confirms import Confirms
-from starlight_py.model.priorities import RankedPending
+from starlight_py.core.consumer import Consumer, Deliverable, Vet
 
 # A consumer without prefetch reads this many messages ahead at most.
 UNLIMITED_READ_AHEAD = 1000
@@ -83,83 +83,6 @@ class FrameSink(Protocol):
     def pending_output(self) -> int: ...  # bytes written and not yet sent
 
     def write_channel(self, channel: int, data: bytes) -> None: ...
-
-
-class Deliverable:
-    """A message as the client gets it (what `vet` says of a source it lets through). A
-    value: nothing changes it after it is made (a plain class, made once per delivery, is
-    cheaper than a frozen dataclass)."""
-
-    __slots__ = ("body", "exchange", "queue", "raw_properties", "redelivered", "routing_key")
-
-    def __init__(
-        self,
-        exchange: str,
-        routing_key: str,
-        raw_properties: bytes,
-        body: bytes,
-        redelivered: bool,
-        queue: Any = None,
-    ) -> None:
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.raw_properties = raw_properties
-        self.body = body
-        self.redelivered = redelivered
-        self.queue = queue  # the queue record, kept with the delivery for dead-lettering
-
-
-# vet(consumer, source): the message as it is to be delivered now, or None when it is not
-# (another binding's message, expired, over its delivery limit: the gateway has already
-# acknowledged or dead-lettered it).
-Vet = Callable[["Consumer", Any], Deliverable | None]
-
-
-class Consumer:
-    """One basic.consume of a channel, as the core sees it."""
-
-    __slots__ = (
-        "cancelled",
-        "encoded_tag",
-        "exclusive",
-        "link",
-        "no_ack",
-        "pending",
-        "prefetch",
-        "queue",
-        "ranks",
-        "reading",
-        "refilling",
-        "started",
-        "tag",
-        "unacked",
-        "wake_pending",
-    )
-
-    def __init__(
-        self, tag: str, queue: str, no_ack: bool, prefetch: int, exclusive: bool, link: Any
-    ) -> None:
-        self.tag = tag
-        self.encoded_tag = hot_frames.short_string(tag)
-        self.queue = queue
-        self.no_ack = no_ack
-        self.prefetch = prefetch
-        self.exclusive = exclusive
-        self.link = link  # the gateway's record of this consumer
-        self.pending: RankedPending[Any] = RankedPending()
-        # Priority bands read (rank 1 + band); empty for an ordinary queue.
-        self.ranks: set[int] = set()
-        # A priority queue's bands that may be refilling: rank -> when it last ran empty.
-        self.refilling: dict[int, float] = {}
-        # What the gateway was last told: reading or not, per band (None: every subscription).
-        self.reading: dict[int | None, bool] = {}
-        self.wake_pending = False
-        self.unacked = 0
-        self.started = False
-        self.cancelled = False
-
-    def __repr__(self) -> str:
-        return f"Consumer({self.tag!r}, queue={self.queue!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +236,12 @@ class Channel:
         if not nowait:
             self._reply(amqp.Basic.ConsumeOk(consumer.tag))
         consumer.started = True
+        # Subscribing to every band takes a while: a band's wait for its first messages
+        # starts now, not when its subscription was made.
+        now = self.clock()
+        for rank in consumer.refilling:
+            if consumer.pending.count(rank) == 0:
+                consumer.refilling[rank] = now
         self._drain(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:

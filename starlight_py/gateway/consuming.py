@@ -1,5 +1,6 @@
-"""The Pulsar side of consuming for one connection: subscriptions, reading, basic.get, and
-carrying out what the message core (core/channel.py) decides.
+"""The Pulsar side of consuming for one connection: subscriptions, reading, basic.get (its
+Pulsar consumers are in gateway/getting.py), and carrying out what the message core
+(core/channel.py) decides.
 
 An AMQP consumer reads every binding subscription of its queue through one Pulsar Shared
 consumer each, whose reader thread hands messages over in batches (backend/pulsar_client.py)
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,7 +29,6 @@ import trio
 from starlight_py.amqp.errors import AccessRefused
 from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
-from starlight_py.core.channel import Consumer, Deliverable
 from starlight_py.core.commands import (
     AckMessages,
     Command,
@@ -41,30 +40,24 @@ from starlight_py.core.commands import (
     RequeueMessages,
     ResumeReading,
 )
+from starlight_py.core.consumer import Consumer, Deliverable
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.dead_lettering import DeadLetters
+from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
+from starlight_py.gateway.requeued import RequeuedPositions
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
-from starlight_py.model.positions import MessageIdRecord
-from starlight_py.model.priorities import PRIORITY_BAND_TYPE
-from starlight_py.model.queue_limits import MAX_LENGTH
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
-from starlight_py.topology.service import TopologyService, expires_after
+from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.consume")
 
 UNLIMITED_RECEIVER_QUEUE = 1000
-# A new consumer gets its first message a few ms after subscribing; stats said it is there.
-GET_WAIT = 0.5
-GETTER_IDLE = 0.5
-HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
-DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead letters
-TRIM_CHANNEL = 0  # dead letters of drop-head trims are settled as the connection's own
 
 
 @dataclass(eq=False)
@@ -92,64 +85,8 @@ class ConsumerLink:
         return self.core is None or self.core.cancelled
 
 
-def _rank(binding_set: BindingSet) -> int:
-    """How a consumer orders what its subscriptions deliver: 1 + band for a priority
-    queue's band (model/priorities.py), 0 for a binding subscription."""
-    if binding_set.exchange_type != PRIORITY_BAND_TYPE:
-        return 0
-    parsed = naming.parse_priority_band_topic(binding_set.topic)
-    return 0 if parsed is None else 1 + parsed[1]
-
-
 def _name(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "")
-
-
-class RequeuedPositions:
-    """Messages this proxy requeued (subscription, position) and how often, so their next
-    deliveries are marked redelivered and count towards a delivery limit; bounded, oldest
-    forgotten first. Shared by the proxy's connections, all on the trio thread."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self._limit = limit
-        self._positions: OrderedDict[tuple[str, MessageIdRecord], int] = OrderedDict()
-        # Subscriptions with an entry: most deliveries are of subscriptions without one,
-        # and need no position looked up (it costs pulsar-client calls).
-        self._subscriptions: dict[str, int] = {}
-
-    def add(self, subscription: str, position: MessageIdRecord) -> None:
-        key = (subscription, position)
-        seen = self._positions.pop(key, 0)
-        if not seen:
-            self._subscriptions[subscription] = self._subscriptions.get(subscription, 0) + 1
-        self._positions[key] = seen + 1
-        if len(self._positions) > self._limit:
-            (old, _), _ = self._positions.popitem(last=False)
-            left = self._subscriptions[old] - 1
-            if left:
-                self._subscriptions[old] = left
-            else:
-                del self._subscriptions[old]
-
-    def knows(self, subscription: str) -> bool:
-        """Whether any message of `subscription` was requeued here (cheap)."""
-        return subscription in self._subscriptions
-
-    def returns(self, subscription: str, position: MessageIdRecord) -> int:
-        """How often this proxy requeued the message (Pulsar's redelivery count misses
-        returns by a closing consumer, e.g. a basic.get's)."""
-        if subscription not in self._subscriptions:
-            return 0
-        return self._positions.get((subscription, position), 0)
-
-    def add_all(self, items: Iterable[tuple[str, MessageIdRecord]]) -> None:
-        for subscription, position in items:
-            self.add(subscription, position)
-
-    def pop(self, subscription: str, position: MessageIdRecord) -> bool:
-        """Whether the message was requeued by this proxy (remembered for its delivery
-        limit; forgotten only when the bound is reached)."""
-        return (subscription, position) in self._positions
 
 
 class Consumers:
@@ -181,6 +118,7 @@ class Consumers:
         # understands consumer_cancel_notify.
         self.notify_cancel = notify_cancel
         self.links: set[ConsumerLink] = set()
+        self.getters = Getters(self)
         self._token = trio.lowlevel.current_trio_token()
 
     # ---- consume ------------------------------------------------------------------------------
@@ -207,7 +145,7 @@ class Consumers:
                 self.topology.binding_sets, self.ctx.vhost, queue
             )
         ]
-        sets.sort(key=_rank, reverse=True)  # a priority queue's highest band comes first
+        sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
         await self._check_exclusive_use(queue, sets, exclusive)
         link = ConsumerLink(session, tag, queue, exclusive, record)
         link.core = channel.add_consumer(tag, queue, no_ack, exclusive, link)
@@ -269,9 +207,9 @@ class Consumers:
         )
         link.handles[binding_set.subscription] = handle
         link.known_sets[binding_set.topic] = binding_set
-        rank = link.ranks[binding_set.subscription] = _rank(binding_set)
-        link.session.core.reads_band(link.core, rank)
-        if link.core.reading.get(rank if link.core.ranks else None) is False:
+        band = link.ranks[binding_set.subscription] = rank(binding_set)
+        link.session.core.reads_band(link.core, band)
+        if link.core.reading.get(band if link.core.ranks else None) is False:
             handle.pause()  # the core has it paused already
 
     async def follow_bindings(self) -> None:
@@ -489,7 +427,7 @@ class Consumers:
     def _ack(self, session: ChannelSession, command: AckMessages) -> None:
         for message in command.sources:
             message.handle.acknowledge(message)
-        self._settled_gets(session, command.sources)
+        self.getters.settled(session, command.sources)
 
     def _requeue(self, session: ChannelSession, command: RequeueMessages) -> None:
         for item in command.deliveries:
@@ -499,7 +437,7 @@ class Consumers:
                 continue  # over the queue's delivery limit: dead-lettered or dropped
             self.requeued.add(handle.subscription, message.position)
             handle.negative_acknowledge(message)
-        self._settled_gets(session, [item.source for item in command.deliveries])
+        self.getters.settled(session, [item.source for item in command.deliveries])
 
     def _reject(self, session: ChannelSession, command: RejectMessages) -> None:
         for item in command.deliveries:
@@ -507,7 +445,7 @@ class Consumers:
             self.dead_letters.dead_letter(
                 session.number, message.handle, message, item.queue, REJECTED
             )
-        self._settled_gets(session, [item.source for item in command.deliveries])
+        self.getters.settled(session, [item.source for item in command.deliveries])
 
     def _give_back(self, session: ChannelSession, command: GiveBack) -> None:
         for message in command.sources:
@@ -564,191 +502,17 @@ class Consumers:
 
     # ---- get ----------------------------------------------------------------------------------
 
+    def _holding(self, session: ChannelSession) -> set[int]:
+        return {id(item.source.handle) for item in session.core.unacked.values()}
+
     async def get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
-        """basic.get through one Pulsar consumer per channel and subscription, kept between
-        gets so that a message it prefetched is the next one returned, and closed once idle
-        with nothing of its unacked (which returns any prefetched message to the queue).
-        Empty queues are recognised from Pulsar's stats without waiting."""
-        session.getting = True
-        try:
-            await self._get(session, queue, no_ack)
-        finally:
-            session.getting = False
-            self._getter_used(session)
-        self.execute(session, session.core.take_commands())
-
-    async def _get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
-        record = await trio.to_thread.run_sync(
-            self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 70)
-        )
-        if expires_after(record) is not None:
-            await trio.to_thread.run_sync(self.topology.touch_queue, self.ctx.vhost, queue, True)
-        sets = [
-            s
-            for s, _ in await trio.to_thread.run_sync(
-                self.topology.binding_sets, self.ctx.vhost, queue
-            )
-        ]
-        sets.sort(key=_rank, reverse=True)  # a priority queue's highest band comes first
-        ready: dict[str, int] = {}
-        for binding_set in sets:
-            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
-            stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
-            found_stats = stats.get(binding_set.subscription)
-            if found_stats is not None:
-                # With batching, Pulsar counts entries: one partly acknowledged (or held by
-                # a closing getter) may still have ready messages whatever `ready` says.
-                ready[binding_set.subscription] = (
-                    found_stats.backlog if self.backend.batching else found_stats.ready
-                )
-        total_ready = sum(ready.values())
-        for binding_set in sets:
-            getter = session.getters.get(binding_set.subscription)
-            # A message our getter already holds is counted as unacked, not ready.
-            if getter is not None and await self._get_from(
-                session, getter, queue, binding_set, no_ack, total_ready, HELD_WAIT, record
-            ):
-                return
-            if ready.get(binding_set.subscription, 0) <= 0:
-                continue
-            if getter is None:
-                getter = await trio.to_thread.run_sync(
-                    self.backend.subscribe,
-                    naming.TopicName(self.ctx.namespace, binding_set.topic),
-                    binding_set.subscription,
-                    f"{self.prefix}/get/{session.number}",
-                    1,
-                    None,
-                )
-                session.getters[binding_set.subscription] = getter
-            remaining = max(0, total_ready - 1)
-            if await self._get_from(
-                session, getter, queue, binding_set, no_ack, remaining, GET_WAIT, record
-            ):
-                return
-        session.core.get_empty()
-
-    async def _get_from(
-        self,
-        session: ChannelSession,
-        handle: ConsumerHandle,
-        queue: str,
-        binding_set: BindingSet,
-        no_ack: bool,
-        remaining: int,
-        wait: float,
-        record: Queue | None = None,
-    ) -> bool:
-        while True:
-            message = await trio.to_thread.run_sync(handle.receive, wait)
-            if message is None:
-                return False
-            decoded = self._route(queue, {binding_set.topic: binding_set}, message)
-            if decoded is None:
-                handle.acknowledge(message)  # another binding's message: not this queue's
-                continue
-            if self.dead_letters.died_before_delivery(session.number, handle, message, record):
-                remaining = max(0, remaining - 1)
-                continue  # expired or over the delivery limit: dead-lettered or dropped
-            deliverable = Deliverable(
-                decoded.exchange,
-                decoded.routing_key,
-                decoded.raw_properties,
-                decoded.body,
-                self._redelivered(message),
-                record,
-            )
-            session.core.deliver_get(message, deliverable, no_ack, remaining)
-            self.execute(session, session.core.take_commands())
-            if no_ack:
-                await self._close_getter(session, binding_set.subscription)
-            else:
-                session.getter_holds[id(handle)] += 1
-            return True
-
-    def _settled_gets(self, session: ChannelSession, sources: list[ReceivedMessage]) -> None:
-        """Getters whose last unsettled delivery this was close now."""
-        holds = session.getter_holds
-        if not holds:
-            return
-        for message in sources:
-            key = id(message.handle)
-            if key not in holds:
-                continue
-            holds[key] -= 1
-            if holds[key] > 0:
-                continue
-            del holds[key]
-            for sub, getter in list(session.getters.items()):
-                if getter is message.handle and not self.dead_letters.holds(getter):
-                    del session.getters[sub]
-                    self._close_soon(getter)
+        await self.getters.get(session, queue, no_ack)
 
     async def drop_oldest(
         self, queue: str, topic: naming.TopicName, subscription: str, count: int
     ) -> int:
-        """drop-head for a queue over its length limit: read up to `count` of the oldest
-        ready messages of one binding subscription (what the broker hands out next, never a
-        message delivered and unacked) and dead-letter them with reason `maxlen`, or drop
-        them without a dead-letter exchange; returns how many. Raises BackendUnavailable."""
-        record = self.cache.queue(self.ctx.vhost, queue)
-        if record is None or count <= 0:
-            return 0
-        known = {b.topic: b for b in self.cache.binding_sets_of_queue(self.ctx.vhost, queue)}
-        # "/get/": not a consumer of the queue for the exclusive-consumer check.
-        handle = await trio.to_thread.run_sync(
-            self.backend.subscribe, topic, subscription, f"{self.prefix}/get/trim", count, None
-        )
-        dropped = 0
-        try:
-            while dropped < count:
-                message = await trio.to_thread.run_sync(handle.receive, GET_WAIT)
-                if message is None:
-                    break
-                if self._route(queue, known, message) is None:
-                    handle.acknowledge(message)  # another binding's message: not this queue's
-                    continue
-                dropped += 1
-                self.dead_letters.dead_letter(TRIM_CHANNEL, handle, message, record, MAX_LENGTH)
-            await self.dead_letters.settled(TRIM_CHANNEL, DEAD_LETTER_SETTLE_WAIT)
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(handle.close)
-        return dropped
-
-    async def _close_getter(self, session: ChannelSession, subscription: str) -> None:
-        """Close a getter now (nothing of it is unacked): the message its receiver queue may
-        hold goes back to the queue before anyone counts or gets again."""
-        handle = session.getters.get(subscription)
-        if handle is None or self._in_use(session, handle):
-            return  # a dead letter it read is unsettled: the idle getters' closer does it
-        del session.getters[subscription]
-        await trio.to_thread.run_sync(handle.close)
-
-    def _in_use(self, session: ChannelSession, handle: ConsumerHandle) -> bool:
-        """Closing `handle` would requeue a message: one it delivered that is unacked or a
-        dead letter not yet acknowledged on its source."""
-        return session.getter_holds.get(id(handle), 0) > 0 or self.dead_letters.holds(handle)
-
-    def _holding(self, session: ChannelSession) -> set[int]:
-        return {id(item.source.handle) for item in session.core.unacked.values()}
-
-    def _getter_used(self, session: ChannelSession) -> None:
-        session.getter_generation += 1
-        self.spawn(self._close_idle_getters, session, session.getter_generation)
-
-    async def _close_idle_getters(self, session: ChannelSession, generation: int) -> None:
-        await trio.sleep(GETTER_IDLE)
-        while session.getter_generation == generation and session.getters and not session.getting:
-            idle = [
-                sub for sub, handle in session.getters.items() if not self._in_use(session, handle)
-            ]
-            for sub in idle:
-                handle = session.getters.pop(sub)
-                await trio.to_thread.run_sync(handle.close)
-            if not session.getters:
-                return
-            await trio.sleep(GETTER_IDLE)  # some still hold unacked gets: look again later
+        """See Getters.drop_oldest."""
+        return await self.getters.drop_oldest(queue, topic, subscription, count)
 
     # ---- the end ------------------------------------------------------------------------------
 

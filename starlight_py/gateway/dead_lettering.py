@@ -38,7 +38,8 @@ from starlight_py.backend.pulsar_client import (
     ReceivedMessage,
 )
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.publishing import ProducerPool, message_copies
+from starlight_py.gateway.message_copies import message_copies
+from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable

@@ -15,7 +15,6 @@ to its target: the channel's confirms (core/channel.py), or a transaction's comm
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,25 +33,23 @@ from starlight_py.amqp.errors import (
 from starlight_py.amqp.framing import encode_method
 from starlight_py.amqp.hot_frames import Publish, content_frames
 from starlight_py.backend.message_codec import (
-    IN_PRIORITY_BAND_KEY,
-    REFUSED_BY_KEY,
     encode_properties,
-    refused_by_value,
 )
 from starlight_py.backend.pulsar_client import (
     TRACKED_SIZE,
     FlushCallback,
     ProducerHandle,
-    PulsarBackend,
 )
 from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.message_copies import message_copies
+from starlight_py.gateway.producer_pool import ProducerPool
+from starlight_py.gateway.route_plans import MAX_PLANS, RoutePlan
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import expiration_problem
-from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.permissions import Access, ResourceKind
-from starlight_py.model.priorities import band_of, max_priority_of
+from starlight_py.model.priorities import max_priority_of
 from starlight_py.model.queue_limits import REJECT_PUBLISH_DLX, LengthLimit
 from starlight_py.model.routing import route_with_alternates
 from starlight_py.model.topology import Exchange, message_delay_ms
@@ -64,140 +61,6 @@ log = logging.getLogger("starlight.publish")
 QUEUE_FULL_BACKOFF = 0.002
 BASIC_PUBLISH = (60, 40)
 DEFAULT_EXCHANGE = Exchange("", "direct")
-
-
-class ProducerPool:
-    """One producer per topic for the whole proxy process; a producer unused for
-    `idle_timeout` seconds is closed by `close_idle_forever` (short-lived queues, such as RPC reply
-    queues, would otherwise keep one producer each for good)."""
-
-    def __init__(self, backend: PulsarBackend, idle_timeout: float = 60.0) -> None:
-        self.backend = backend
-        self.idle_timeout = idle_timeout
-        self._producers: dict[str, ProducerHandle] = {}
-        self._locks: dict[str, trio.Lock] = {}
-
-    def __len__(self) -> int:
-        return len(self._producers)
-
-    def peek(self, topic: naming.TopicName) -> ProducerHandle | None:
-        """The topic's producer if it exists (no I/O); marks it used."""
-        producer = self._producers.get(str(topic))
-        if producer is not None:
-            producer.last_used = trio.current_time()
-        return producer
-
-    async def get(self, topic: naming.TopicName) -> ProducerHandle:
-        key = str(topic)
-        producer = self._producers.get(key)
-        if producer is not None:
-            producer.last_used = trio.current_time()
-            return producer
-        lock = self._locks.setdefault(key, trio.Lock())
-        try:
-            async with lock:
-                producer = self._producers.get(key)
-                if producer is None:
-                    producer = await trio.to_thread.run_sync(self.backend.create_producer, topic)
-                    self._producers[key] = producer
-        finally:
-            if not lock.locked() and lock.statistics().tasks_waiting == 0:
-                self._locks.pop(key, None)
-        producer.last_used = trio.current_time()
-        return producer
-
-    def take_idle(self) -> list[ProducerHandle]:
-        """Trio thread: forget the producers unused for `idle_timeout` with no send in
-        flight, and return them for closing. A publish that comes later makes a new one."""
-        cutoff = trio.current_time() - self.idle_timeout
-        taken = []
-        for key, producer in list(self._producers.items()):
-            if producer.last_used < cutoff and producer.idle:
-                del self._producers[key]
-                producer.retired = True  # routes planned through it are planned again
-                taken.append(producer)
-        return taken
-
-    async def close_idle_forever(self) -> None:
-        """Every tenth of `idle_timeout` (at most 10 s), close the idle producers."""
-        while True:
-            await trio.sleep(min(10.0, self.idle_timeout / 10))
-            idle = self.take_idle()
-            if idle:
-                log.debug("closing %d idle Pulsar producers", len(idle))
-                for producer in idle:
-                    await trio.to_thread.run_sync(producer.close)
-
-    def flush_all(self) -> None:
-        """Blocking: wait until every publish handed to Pulsar so far is written. An unbind
-        records the topic's last message as the binding's end, so a message published
-        before the unbind must be written before it (RabbitMQ routes it at publish)."""
-        for producer in list(self._producers.values()):
-            producer.flush_blocking()
-
-    def close(self) -> None:
-        for producer in self._producers.values():
-            producer.retired = True
-            producer.close()
-        self._producers.clear()
-
-
-def message_copies(
-    namespace: NamespaceName,
-    topic: naming.TopicName,
-    target: Exchange,
-    pulsar_properties: dict[str, str],
-    routed: set[str],
-    refusing: set[str],
-    priorities: dict[str, int],
-    priority: int | None,
-) -> list[tuple[naming.TopicName, dict[str, str]]]:
-    """Where a message routed by `target` is written: the exchange's `topic` (whose binding
-    subscriptions skip it for the queues in `refusing`), and, for each of the `routed`
-    queues that is a priority queue (`priorities`: queue -> x-max-priority), the topic of
-    the message's priority band (docs/mapping.md#priority-queues).
-
-    A message for the default exchange that only priority queues take is not written to the
-    exchange's topic at all. For any other exchange it is, marked as skipped by those
-    queues, because a binding made a moment ago may not be in this proxy's cache yet."""
-    banded = {
-        q: band_of(priority, priorities[q]) for q in sorted(routed - refusing) if q in priorities
-    }
-    copies = []
-    if not banded or target.name != "" or routed - refusing - banded.keys():
-        main = pulsar_properties
-        if refusing or banded:
-            main = dict(pulsar_properties)
-            if refusing:
-                main[REFUSED_BY_KEY] = refused_by_value(refusing)
-            if banded:
-                main[IN_PRIORITY_BAND_KEY] = refused_by_value(set(banded))
-        copies.append((topic, main))
-    for queue, band in banded.items():
-        copies.append((naming.priority_band_topic(namespace, queue, band), pulsar_properties))
-    return copies
-
-
-def joined(copies: int, done: Callable[[bool, str], None]) -> Callable[[bool, str], None]:
-    """A send callback for each of the `copies` of one message that calls `done` once, after
-    the last, with ok only when Pulsar stored every copy (the first error otherwise). One
-    copy, the usual case, is `done` itself. Callbacks come from pulsar-client's threads."""
-    if copies == 1:
-        return done
-    lock = threading.Lock()
-    left, stored, first_error = copies, True, ""
-
-    def each(ok: bool, error: str) -> None:
-        nonlocal left, stored, first_error
-        with lock:
-            if not ok and stored:
-                stored, first_error = False, error
-            left -= 1
-            if left:
-                return
-        done(stored, first_error)
-
-    return each
 
 
 class LengthChecks(Protocol):
@@ -239,58 +102,6 @@ class PublishOutcome:
         self.left = copies
         self.ok = True
         self.refused = refused  # a queue refused it at its length limit: nack at the end
-
-
-# Routes kept per connection, by (exchange, routing key).
-MAX_PLANS = 256
-# Pulsar property maps kept per route, by the AMQP property bytes.
-MAX_PLAN_PROPERTIES = 64
-
-
-class _RoutePlan:
-    """Where publishes to one (exchange, routing key) go while the topology stays as it was
-    (`version`: the cache's count of changes): one topic, through one producer."""
-
-    __slots__ = (
-        "delays",
-        "exchange",
-        "exchange_name",
-        "internal",
-        "producer",
-        "properties",
-        "routing_key",
-        "version",
-    )
-
-    def __init__(
-        self,
-        version: int,
-        producer: ProducerHandle,
-        exchange: Exchange,
-        delays: bool,
-        exchange_name: str,
-        routing_key: str,
-    ) -> None:
-        self.version = version
-        self.producer = producer
-        self.exchange = exchange
-        self.internal = exchange.internal
-        self.delays = delays
-        self.exchange_name = exchange_name
-        self.routing_key = routing_key
-        # The Pulsar property maps of this route, by AMQP property bytes (pulsar-client
-        # copies a map at each send, so one map serves every message with those bytes).
-        self.properties: dict[bytes, dict[str, str]] = {}
-
-    def properties_of(
-        self, properties: commands.Basic.Properties, raw_properties: bytes
-    ) -> dict[str, str]:
-        found = encode_properties(self.exchange_name, self.routing_key, properties, raw_properties)
-        if len(raw_properties) <= 1024:
-            if len(self.properties) >= MAX_PLAN_PROPERTIES:
-                self.properties.clear()
-            self.properties[raw_properties] = found
-        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +148,7 @@ class Publisher:
         self._unflushed: dict[ProducerHandle, tuple[list[PublishOutcome], float]] = {}
         self._count = 0  # published since the metrics were last updated
         self._bytes = 0
-        self._plans: dict[tuple[str, str], _RoutePlan] = {}
+        self._plans: dict[tuple[str, str], RoutePlan] = {}
 
     # ---- the hot path -----------------------------------------------------------------------
 
@@ -451,7 +262,7 @@ class Publisher:
             # topology changes or the producer closes.
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
-            self._plans[(name, routing_key)] = _RoutePlan(
+            self._plans[(name, routing_key)] = RoutePlan(
                 version, producers[0], exchange, delays, name, routing_key
             )
         outcome = PublishOutcome(target, target.reserve_publish(), len(copies), False)

@@ -25,7 +25,7 @@ from pamqp import commands
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.backend.pulsar_client import BackendError
 from starlight_py.gateway.dead_lettering import DeadLetters
-from starlight_py.gateway.publishing import ProducerPool
+from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model import naming

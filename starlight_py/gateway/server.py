@@ -27,10 +27,10 @@ from starlight_py.cluster.election import LeaderElection
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
-from starlight_py.gateway.consuming import RequeuedPositions
+from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.proxy_protocol import read_proxy_header
-from starlight_py.gateway.publishing import ProducerPool
 from starlight_py.gateway.queue_lengths import QueueLengths
+from starlight_py.gateway.requeued import RequeuedPositions
 from starlight_py.gateway.shutdown import ShutdownRequest, shut_down_when_requested
 from starlight_py.gateway.tls import (
     ReloadingServerContext,

@@ -16,8 +16,6 @@ from starlight_py.core.channel import (
     BAND_REFILL_WAIT,
     MAX_OUTPUT_BACKLOG,
     Channel,
-    Consumer,
-    Deliverable,
     TransactionBudget,
 )
 from starlight_py.core.commands import (
@@ -31,6 +29,7 @@ from starlight_py.core.commands import (
     ResumeReading,
     Unacked,
 )
+from starlight_py.core.consumer import Consumer, Deliverable
 
 
 class Wire:
@@ -303,6 +302,20 @@ def test_higher_priority_bands_are_delivered_first_and_a_refilling_band_is_waite
     clock.now += BAND_REFILL_WAIT * 1.01
     ch.drain(consumer)
     assert wire.take() == deliver(2, b"low")
+
+
+def test_a_bands_wait_for_its_first_messages_starts_with_the_consumer() -> None:
+    clock = Clock()
+    ch, wire = new_channel(clock)
+    consumer = ch.add_consumer("c1", "q", False, False)
+    ch.reads_band(consumer, 2)
+    clock.now += BAND_REFILL_WAIT * 3  # subscribing to the other bands took long
+    ch.reads_band(consumer, 1)
+    ch.start_consumer(consumer, nowait=True)
+    ch.messages_arrived(consumer, [(1, Source("low"))])
+    assert wire.take() == []
+    ch.messages_arrived(consumer, [(2, Source("high"))])
+    assert wire.take() == deliver(1, b"high")
 
 
 # ---- ack, nack, reject, recover ------------------------------------------------------------

@@ -10,7 +10,7 @@ from starlight_py.backend.message_codec import (
     REFUSED_BY_KEY,
     skipped_by,
 )
-from starlight_py.gateway.publishing import joined, message_copies
+from starlight_py.gateway.message_copies import joined, message_copies
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.priorities import (

@@ -15,7 +15,8 @@ from starlight_py.amqp.hot_frames import Publish
 from starlight_py.backend.message_codec import IN_PRIORITY_BAND_KEY, ROUTING_KEY_KEY
 from starlight_py.backend.pulsar_client import ProducerHandle
 from starlight_py.core.channel import Channel
-from starlight_py.gateway.publishing import ProducerPool, Publisher
+from starlight_py.gateway.producer_pool import ProducerPool
+from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
