@@ -93,6 +93,10 @@ _HANDSHAKE: dict[ConnectionState, str] = {
 }
 
 
+# The states in which the shell decides what comes next: later frames wait for its answer.
+_WAITING = frozenset({ConnectionState.AUTHENTICATING, ConnectionState.OPENING})
+
+
 class ChannelState(Enum):
     OPEN = auto()
     CLOSING = auto()
@@ -135,6 +139,9 @@ class AMQPConnection:
         # not logged in cannot make us buffer more than 4 KiB.
         self._decoder = framing.FrameDecoder(min(FRAME_MIN_SIZE, settings.frame_max))
         self._input_broken = False
+        # Frames received while the shell checks a login or opens the vhost (see resume).
+        self._parked: list[tuple[int, int, bytes]] = []
+        self._parked_error: AMQPError | None = None
         self._channels: dict[int, _Channel] = {}
         self._out: list[bytes] = []
         self.pending_output = 0  # bytes queued and not yet taken by data_to_send
@@ -198,8 +205,38 @@ class AMQPConnection:
             if not data:
                 return events
         frames, error = self._decoder.feed_raw(data)
+        if self.state in _WAITING:
+            self._park(frames, error)
+            return events
+        return self._process(frames, error, events)
+
+    def resume(self) -> list[ev.Event]:
+        """The events of frames that came while the shell was checking a login or opening
+        the vhost (a client may send tune-ok, connection.open and channel frames without
+        waiting for the replies, as RabbitMQ accepts): call after `accept_login` /
+        `accept_open`, until it returns nothing."""
+        if self.state in _WAITING or not (self._parked or self._parked_error):
+            return []
+        frames, error = self._parked, self._parked_error
+        self._parked, self._parked_error = [], None
+        if self.closed or self.state is ConnectionState.CLOSING:
+            return []  # the login or open was refused: what followed is noise
+        return self._process(frames, error, [])
+
+    def _park(self, frames: list[tuple[int, int, bytes]], error: AMQPError | None) -> None:
+        self._parked.extend(frames)
+        if error is not None and self._parked_error is None:
+            self._parked_error = error
+
+    def _process(
+        self, frames: list[tuple[int, int, bytes]], error: AMQPError | None, events: list[ev.Event]
+    ) -> list[ev.Event]:
         channels = self._channels
-        for frame_type, number, payload in frames:
+        for index, (frame_type, number, payload) in enumerate(frames):
+            if self.state in _WAITING:
+                # The shell must answer before the rest can be handled: kept for `resume`.
+                self._park(frames[index:], error)
+                return events
             # Decoding: what does not decode breaks the stream.
             try:
                 if frame_type == framing.FRAME_BODY:

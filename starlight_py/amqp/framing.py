@@ -2,7 +2,8 @@
 
 The decoder reads the 7-byte frame header itself, so a frame larger than the negotiated
 `frame_max` is refused (501 FRAME_ERROR) before any of its payload is buffered. Body frames,
-the hot path, are sliced out directly; method and content-header frames go through pamqp.
+the hot path, are sliced out directly; other method frames and content headers are decoded
+by amqp/field_codec.py into pamqp's classes, without recursion.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from pamqp.base import Frame as PamqpMethod
 
 from starlight_py.amqp import hot_frames
 from starlight_py.amqp.errors import AMQPError, CommandInvalid, FrameError, UnexpectedFrame
+from starlight_py.amqp.field_codec import (
+    FieldDecodeError,
+    decode_method_fields,
+    decode_properties,
+    encode_method_fields,
+)
 
 PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 # RabbitMQ also accepts the AMQP 0-9 header and speaks 0-9-1 to it; so do we.
@@ -29,10 +36,6 @@ FRAME_HEARTBEAT: Final = 8
 FRAME_END: Final = 0xCE
 FRAME_OVERHEAD: Final = 8  # 7-byte header + 1 end byte
 _HEADER = struct.Struct(">BHI")
-# Field tables and arrays nested deeper than this are refused with 501 FRAME_ERROR: every
-# layer that handles a message (codec, ZooKeeper records, re-encoding for delivery) walks
-# them recursively. Python's own recursion limit stops pamqp long before frame_max would.
-MAX_FIELD_NESTING: Final = 64
 _HEARTBEAT_BYTES: Final = _HEADER.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
 
 
@@ -192,41 +195,11 @@ def _decode_method(payload: bytes) -> Method:
     method: PamqpMethod = method_class()
     ids = (index >> 16, index & 0xFFFF)
     try:
-        method.unmarshal(payload[4:])
-    except RecursionError as e:
-        raise FrameError(f"cannot decode {method.name}: field table nested too deeply", ids) from e
-    except Exception as e:  # pamqp raises struct.error, ValueError, KeyError, IndexError...
+        decode_method_fields(method, payload[4:])
+    except FieldDecodeError as e:
         # RabbitMQ: 501 FRAME_ERROR "cannot decode", with the method's ids.
         raise FrameError(f"cannot decode {method.name}: {e}", ids) from e
-    for _, value in method:
-        if isinstance(value, dict | list) and nesting(value) > MAX_FIELD_NESTING:
-            raise FrameError(
-                f"cannot decode {method.name}: field table nested deeper than "
-                f"{MAX_FIELD_NESTING} levels",
-                ids,
-            )
     return method
-
-
-def nesting(value: object) -> int:
-    """How deep field tables and arrays nest in `value` (0 for a plain value); iterative,
-    so a hostile value cannot exhaust the stack here."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[object] = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        depth += 1
-        deepest = max(deepest, depth)
-        if deepest > MAX_FIELD_NESTING:
-            return deepest
-        stack.extend((child, depth) for child in children)
-    return deepest
 
 
 # The properties of recent content headers, by their bytes: decoding (and checking) them is
@@ -245,26 +218,21 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
         if known is not None:
             (body_size,) = _BODY_SIZE.unpack_from(payload, 4)
             return HeaderFrame(channel, body_size, known, raw)
-    content_header = header.ContentHeader()
+    if len(payload) < 14:
+        raise FrameError("cannot decode content header: shorter than its fixed fields")
+    class_id, _, body_size = _CONTENT_HEADER_PREFIX.unpack_from(payload)
+    if class_id != commands.Basic.frame_id:
+        raise UnexpectedFrame(f"content header for class {class_id}")
     try:
-        content_header.unmarshal(payload)
-    except RecursionError as e:
-        raise FrameError("cannot decode content header: field table nested too deeply") from e
-    except Exception as e:
+        properties = decode_properties(payload, 12)
+    except FieldDecodeError as e:
         raise FrameError(f"cannot decode content header: {e}") from e
-    if content_header.class_id != commands.Basic.frame_id:
-        raise UnexpectedFrame(f"content header for class {content_header.class_id}")
-    headers = content_header.properties.headers
-    if headers is not None and nesting(headers) > MAX_FIELD_NESTING:
-        raise FrameError(
-            f"cannot decode content header: headers nested deeper than {MAX_FIELD_NESTING} levels"
-        )
     raw = payload[12:]
     if len(raw) <= _CACHED_SIZE:
         if len(_PROPERTIES_BY_RAW) >= _CACHE_ENTRIES:
             _PROPERTIES_BY_RAW.clear()
-        _PROPERTIES_BY_RAW[raw] = content_header.properties
-    return HeaderFrame(channel, content_header.body_size, content_header.properties, raw)
+        _PROPERTIES_BY_RAW[raw] = properties
+    return HeaderFrame(channel, body_size, properties, raw)
 
 
 _BODY_SIZE = struct.Struct(">Q")
@@ -285,8 +253,8 @@ def method_ids(method: Method) -> tuple[int, int]:
 
 def encode_method(channel: int, method: PamqpMethod) -> bytes:
     """One method frame."""
-    data: bytes = pamqp_frame.marshal(method, channel)
-    return data
+    payload = _INDEX.pack(method.index) + encode_method_fields(method)
+    return _HEADER.pack(FRAME_METHOD, channel, len(payload)) + payload + b"\xce"
 
 
 def encode_content(
@@ -298,7 +266,7 @@ def encode_content(
 ) -> bytes:
     """A content-bearing method, its header frame and as many body frames as frame_max needs."""
     parts = [
-        pamqp_frame.marshal(method, channel),
+        encode_method(channel, method),
         pamqp_frame.marshal(header.ContentHeader(0, len(body), properties), channel),
     ]
     parts.extend(_body_frames(channel, body, frame_max - FRAME_OVERHEAD))
@@ -314,7 +282,7 @@ def encode_content_raw(
     """Like encode_content, with the properties already encoded (flags and values)."""
     header_payload = _CONTENT_HEADER_PREFIX.pack(60, 0, len(body)) + raw_properties
     parts = [
-        pamqp_frame.marshal(method, channel),
+        encode_method(channel, method),
         _HEADER.pack(FRAME_HEADER, channel, len(header_payload)) + header_payload + b"\xce",
     ]
     parts.extend(_body_frames(channel, body, frame_max - FRAME_OVERHEAD))

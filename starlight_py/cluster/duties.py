@@ -42,7 +42,10 @@ async def cluster_duties(
     )
     while True:
         try:
-            await trio.to_thread.run_sync(register_proxy, zk, paths, ephemerals, record)
+            # Abandoned on cancel: a shutdown does not wait for ZooKeeper's timeout.
+            await trio.to_thread.run_sync(
+                register_proxy, zk, paths, ephemerals, record, abandon_on_cancel=True
+            )
             break
         except MetadataUnavailable as e:
             log.warning("cannot register this proxy yet: %s", e)

@@ -35,6 +35,7 @@ from pamqp import commands as amqp
 
 from starlight_py.amqp import hot_frames
 from starlight_py.amqp.errors import NotAllowed, NotImplementedMethod, PreconditionFailed
+from starlight_py.amqp.field_codec import unvalidated
 from starlight_py.amqp.framing import encode_method
 from starlight_py.amqp.transactions import (
     CONFIRM_SELECT,
@@ -407,19 +408,21 @@ class Channel:
         if taken:
             self._commands.append(RequeueMessages(taken) if requeue else RejectMessages(taken))
 
-    def recover(self, requeue: bool) -> None:
-        """basic.recover: every unacked delivery goes back to its queue (on a transactional
-        channel, those this transaction settled stay settled until commit or rollback).
-        Raises NotImplementedMethod for requeue=false, which RabbitMQ refuses too."""
+    def recover(self, requeue: bool, method: tuple[int, int] = BASIC_RECOVER) -> None:
+        """basic.recover (or basic.recover-async, which has no reply): every unacked
+        delivery goes back to its queue (on a transactional channel, those this transaction
+        settled stay settled until commit or rollback). Raises NotImplementedMethod for
+        requeue=false, which RabbitMQ refuses too."""
         if not requeue:
-            raise NotImplementedMethod("requeue=false", BASIC_RECOVER)
+            raise NotImplementedMethod("requeue=false", method)
         settled = self.transaction.settled_tags if self.transaction is not None else set()
         taken = [self.unacked[t] for t in self.unacked if t not in settled]
         for tag in [t for t in self.unacked if t not in settled]:
             del self.unacked[tag]
         self._released(taken)
         self._reject_now(taken, True)
-        self._reply(amqp.Basic.RecoverOk())
+        if method == BASIC_RECOVER:
+            self._reply(amqp.Basic.RecoverOk())
         self._after_settle()
 
     def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
@@ -490,12 +493,13 @@ class Channel:
         self.tally.delivered_bytes += len(body)
         if deliverable.redelivered:
             self.tally.redelivered += 1
-        method = amqp.Basic.GetOk(
-            tag,
-            deliverable.redelivered,
-            deliverable.exchange,
-            deliverable.routing_key,
-            remaining,
+        method = unvalidated(
+            amqp.Basic.GetOk,
+            delivery_tag=tag,
+            redelivered=deliverable.redelivered,
+            exchange=deliverable.exchange,
+            routing_key=deliverable.routing_key,
+            message_count=remaining,
         )
         self._write(
             encode_method(self.number, method)

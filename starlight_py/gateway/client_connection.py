@@ -196,9 +196,13 @@ class ClientConnection:
             while self._input_gate is not None:
                 await self._input_gate.wait()
             self._handling_input = True
-            for event in self.conn.receive_data(data):
-                if not self._handle_now(event):
-                    await self._handle(event)
+            events = self.conn.receive_data(data)
+            while events:
+                for event in events:
+                    if not self._handle_now(event):
+                        await self._handle(event)
+                # Frames pipelined behind a login or connection.open, now that it is answered.
+                events = self.conn.resume()
             if self.messages is not None:
                 self.messages.end_of_batch()
             self._handling_input = False

@@ -112,8 +112,10 @@ class MessageFlow:
         session.core.reject(method.delivery_tag, method.requeue)
         self._execute(session)
 
-    def _recover(self, session: ChannelSession, method: commands.Basic.Recover) -> None:
-        session.core.recover(bool(method.requeue))
+    def _recover(
+        self, session: ChannelSession, method: commands.Basic.Recover | commands.Basic.RecoverAsync
+    ) -> None:
+        session.core.recover(bool(method.requeue), method_ids(method))
         self._execute(session)
 
     def _execute(self, session: ChannelSession) -> None:
@@ -197,6 +199,8 @@ _HANDLERS: dict[type, Handler] = {
     hot_frames.Nack: MessageFlow._nack,
     hot_frames.Reject: MessageFlow._reject,
     commands.Basic.Recover: MessageFlow._recover,
+    # Deprecated in 0-9-1 and still accepted by RabbitMQ: basic.recover without recover-ok.
+    commands.Basic.RecoverAsync: MessageFlow._recover,
     commands.Basic.Qos: MessageFlow._qos,
     commands.Basic.Consume: MessageFlow._consume,
     commands.Basic.Cancel: MessageFlow._cancel,

@@ -30,6 +30,7 @@ from starlight_py.amqp.errors import (
     NotImplementedMethod,
     PreconditionFailed,
 )
+from starlight_py.amqp.field_codec import unvalidated
 from starlight_py.amqp.framing import encode_method
 from starlight_py.amqp.hot_frames import Publish, content_frames
 from starlight_py.backend.message_codec import (
@@ -393,7 +394,13 @@ class Publisher:
         if not path:
             if method.mandatory:
                 self.metrics.returned()
-                method_return = commands.Basic.Return(312, "NO_ROUTE", exchange.name, routing_key)
+                method_return = unvalidated(
+                    commands.Basic.Return,
+                    reply_code=312,
+                    reply_text="NO_ROUTE",
+                    exchange=exchange.name,
+                    routing_key=routing_key,
+                )
                 self.conn.write_channel(
                     channel,
                     encode_method(channel, method_return)

@@ -311,15 +311,18 @@ async def serve(
     )
     if config.producer_batching:
         await trio.to_thread.run_sync(_check_batch_index_acks, services)
-    await _connect_metadata(services.zookeeper)
     services.cache.on_change(services.topology_changed)
     try:
+        await _connect_metadata(services.zookeeper, shutdown)
         async with trio.open_nursery() as nursery:
-            # TreeCache.start blocks until ZooKeeper answers: never keep listeners waiting.
-            nursery.start_soon(trio.to_thread.run_sync, services.cache.start)
+            # TreeCache.start blocks until ZooKeeper answers: never keep listeners waiting,
+            # and never a shutdown either (the thread is abandoned; stopping the ZooKeeper
+            # client below ends it).
+            nursery.start_soon(_in_thread_until_cancelled, services.cache.start)
             if services.permissions is not None:
-                nursery.start_soon(trio.to_thread.run_sync, services.permissions.start)
+                nursery.start_soon(_in_thread_until_cancelled, services.permissions.start)
             await _serve(config, services, tls, shutdown, task_status)
+            nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             services.cache.close()
@@ -399,14 +402,29 @@ def _check_batch_index_acks(services: ProxyServices) -> None:
         services.backend.batching = False
 
 
-async def _connect_metadata(zookeeper: ZooKeeperClient) -> None:
-    try:
-        await trio.to_thread.run_sync(zookeeper.start)
-    except MetadataUnavailable as e:
-        # Serve anyway: kazoo keeps trying, and until ZooKeeper answers clients get 541 with
-        # the reason instead of a refused TCP connection.
-        log.error("%s; serving anyway, metadata operations fail until it is reachable", e)
-        zookeeper.kazoo.start_async()
+async def _in_thread_until_cancelled(call: Callable[[], object]) -> None:
+    await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+
+
+async def _connect_metadata(zookeeper: ZooKeeperClient, shutdown: ShutdownRequest | None) -> None:
+    """Connect to ZooKeeper (at most its connect timeout); a shutdown requested meanwhile
+    (SIGTERM during startup) stops waiting at once."""
+    async with trio.open_nursery() as nursery:
+        if shutdown is not None:
+            nursery.start_soon(_cancel_when_set, shutdown.requested, nursery.cancel_scope)
+        try:
+            await trio.to_thread.run_sync(zookeeper.start, abandon_on_cancel=True)
+        except MetadataUnavailable as e:
+            # Serve anyway: kazoo keeps trying, and until ZooKeeper answers clients get 541
+            # with the reason instead of a refused TCP connection.
+            log.error("%s; serving anyway, metadata operations fail until it is reachable", e)
+            zookeeper.kazoo.start_async()
+        nursery.cancel_scope.cancel()
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def _serve(

@@ -13,6 +13,7 @@ from pamqp import commands
 from pamqp.base import Frame as PamqpMethod
 
 from starlight_py.amqp.errors import AccessRefused, NotFound
+from starlight_py.amqp.field_codec import unvalidated
 from starlight_py.gateway.authorization import ALLOW_ALL, AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.model.namespaces import NamespaceName
@@ -192,7 +193,14 @@ class TopologyMethods:
             ctx.exclusive_queues.add(name)
         session.last_queue = name
         if not method.nowait:
-            reply(commands.Queue.DeclareOk(name, counts.message_count, counts.consumer_count))
+            reply(
+                unvalidated(
+                    commands.Queue.DeclareOk,
+                    queue=name,
+                    message_count=counts.message_count,
+                    consumer_count=counts.consumer_count,
+                )
+            )
 
     async def _queue_delete(
         self,

@@ -11,7 +11,8 @@ from collections.abc import Callable
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands
+from pamqp import body as pamqp_body
+from pamqp import commands, frame, header
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from tests.integration.conftest import Broker
@@ -26,6 +27,7 @@ from tests.support.amqp_fixtures import (
     raw_channel,
     wait_for_count,
 )
+from tests.support.raw_amqp import RawClient
 
 # --- helpers (shared ones: tests/support/amqp_fixtures.py; fixtures: conftest.py) -----
 
@@ -312,6 +314,38 @@ def test_recover_with_requeue_redelivers_the_unacked_messages(
     channel.basic_ack(max(deliveries.tags), multiple=True)
     channel.close()
     assert drain_flags(connect().channel(), queue, 0) == []
+
+
+def next_delivery(client: RawClient) -> commands.Basic.Deliver:
+    """The next basic.deliver (its content frames are skipped)."""
+    while True:
+        _, method = client.read_method()
+        if isinstance(method, commands.Basic.Deliver):
+            return method
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pamqp on basic.recover-async
+def test_recover_async_redelivers_without_an_answer(broker: Broker, created: Created) -> None:
+    # Deprecated in 0-9-1, still accepted by RabbitMQ: basic.recover without recover-ok.
+    queue = created.queue()
+    with raw_channel(broker) as client:
+        client.send_method(1, commands.Queue.Declare(queue=queue))
+        assert isinstance(client.read_method()[1], commands.Queue.DeclareOk)
+        client.send_method(1, commands.Basic.Consume(queue=queue, consumer_tag="c"))
+        assert isinstance(client.read_method()[1], commands.Basic.ConsumeOk)
+        client.send_method(1, commands.Basic.Publish(exchange="", routing_key=queue))
+        client.send(frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties()), 1))
+        client.send(frame.marshal(pamqp_body.ContentBody(b"m1"), 1))
+        first = next_delivery(client)
+        assert (first.delivery_tag, first.redelivered) == (1, False)
+        client.send_method(1, commands.Basic.RecoverAsync(requeue=True))
+        again = next_delivery(client)
+        assert (again.delivery_tag, again.redelivered) == (2, True)
+        client.send_method(1, commands.Basic.Ack(delivery_tag=2))
+        client.send_method(1, commands.Queue.Delete(queue=queue))
+        deleted = client.read_method()[1]
+        assert isinstance(deleted, commands.Queue.DeleteOk), deleted
+        assert deleted.message_count == 0
 
 
 def test_no_ack_consumer_gets_everything_without_acking(

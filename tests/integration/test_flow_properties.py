@@ -105,6 +105,37 @@ def typed_as_pika_decodes(value: object) -> object:
 # --- basic properties ---------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "stamp",
+    [1_700_000_000_123, 1_700_000_000_123_456, 2**64 - 1],
+    ids=["milliseconds", "microseconds", "largest"],
+)
+def test_64_bit_timestamps_pass_through_untouched(
+    connection: BlockingConnection, created: Created, stamp: int
+) -> None:
+    # AMQP timestamps are 64 bits; clients send milliseconds or microseconds as well.
+    channel = confirming_channel(connection)
+    queue, dead_letters = created.queue(), created.queue("dlq")
+    channel.queue_declare(dead_letters, exclusive=True)
+    channel.queue_declare(
+        queue,
+        exclusive=True,
+        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead_letters},
+    )
+    channel.basic_publish("", queue, b"one", pika.BasicProperties(timestamp=stamp))
+    channel.basic_publish("", queue, b"two", pika.BasicProperties(timestamp=stamp))
+    properties, body = receive(connection, queue, "get")
+    assert (body, properties.timestamp) == (b"one", stamp)
+    getter = connection.channel()
+    method, properties, body = get_one(getter, queue)
+    assert (body, properties.timestamp) == (b"two", stamp)
+    # Dead-lettering writes the properties again, with x-death: the timestamp stays.
+    getter.basic_reject(method.delivery_tag, requeue=False)
+    properties, body = receive(connection, dead_letters, "consume")
+    assert (body, properties.timestamp) == (b"two", stamp)
+    assert properties.headers["x-death"][0]["reason"] == "rejected"
+
+
 @pytest.mark.parametrize("path", ["get", "consume"])
 @pytest.mark.parametrize("delivery_mode", [1, 2])
 def test_every_basic_property_survives_publish_and_delivery(

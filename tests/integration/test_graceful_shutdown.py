@@ -378,3 +378,30 @@ def test_every_publish_that_reached_pulsar_was_confirmed_before_the_close(
         f"stored but not confirmed: {sorted(stored - wanted)[:10]}; "
         f"confirmed but not stored: {sorted(wanted - stored)[:10]}"
     )
+
+
+def test_sigterm_stops_a_proxy_still_waiting_for_zookeeper(
+    services: ServiceEndpoints, tmp_path: Path
+) -> None:
+    # ZooKeeper unreachable at startup: the proxy keeps trying (and would serve with 541s
+    # meanwhile), but a SIGTERM must still stop it, as at any other time.
+    proxy = ProxyProcess(
+        "proxy-without-zookeeper",
+        tmp_path / "proxy.log",
+        {
+            "configurationStoreServers": f"127.0.0.1:{free_port()}",  # nothing listens
+            "brokerServiceURL": services.pulsar_service_url,
+            "brokerWebServiceURL": services.pulsar_web_url,
+        },
+    )
+    proxy.launch()
+    try:
+        wait_until(
+            lambda: "kazoo.client" in proxy.log_path.read_text(errors="replace"),
+            EXIT_MARGIN,
+            "the proxy tries to reach ZooKeeper",
+        )
+        proxy.send_signal(signal.SIGTERM)
+        assert proxy.wait_exited(EXIT_MARGIN) == 0
+    finally:
+        proxy.stop()

@@ -9,7 +9,7 @@ import kombu
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands
+from pamqp import commands, frame
 
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from tests.integration.conftest import Broker, ProxyFactory
@@ -89,15 +89,40 @@ def test_vhost_maps_to_pulsar_namespace_created_on_demand(
     assert admin.namespace_exists("public", "orders")
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pamqp on basic.recover-async
-def test_unimplemented_method_answers_540_with_its_name(proxy_only: None, broker: Broker) -> None:
+def test_unimplemented_method_answers_540_with_its_name(broker: Broker) -> None:
     client = broker.raw()
     client.handshake()
     client.open_channel(1)
-    client.send_method(1, commands.Basic.RecoverAsync(requeue=True))
+    client.send_method(1, commands.Basic.Recover(requeue=False))  # RabbitMQ: 540 too
     close = client.expect_connection_close()
     assert close.reply_code == 540
-    assert "Basic.RecoverAsync" in close.reply_text
+    assert "requeue=false" in close.reply_text
+    client.close()
+
+
+def test_a_pipelined_handshake_is_accepted(broker: Broker) -> None:
+    # tune-ok, connection.open and the first channel's frames in one write, without
+    # waiting for open-ok: RabbitMQ handles them in order.
+    client = broker.raw()
+    tune = client.login()
+    assert isinstance(tune, commands.Connection.Tune), tune
+    methods = [
+        (0, commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0)),
+        (0, commands.Connection.Open(virtual_host="/")),
+        (1, commands.Channel.Open()),
+        (1, commands.Queue.Declare(queue="", exclusive=True)),
+        (2, commands.Channel.Open()),
+    ]
+    client.send(b"".join(frame.marshal(method, channel) for channel, method in methods))
+    replies = [client.read_method() for _ in range(4)]
+    # In order within each channel; channels go on independently.
+    replies.sort(key=lambda reply: reply[0])
+    assert [(channel, type(method)) for channel, method in replies] == [
+        (0, commands.Connection.OpenOk),
+        (1, commands.Channel.OpenOk),
+        (1, commands.Queue.DeclareOk),
+        (2, commands.Channel.OpenOk),
+    ]
     client.close()
 
 

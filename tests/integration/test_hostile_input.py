@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pika
 import pytest
@@ -17,8 +20,10 @@ from pamqp import frame as pamqp_frame_module
 from pamqp import header as pamqp_header
 
 from starlight_py.amqp.connection import max_body_frames
-from starlight_py.amqp.framing import MAX_FIELD_NESTING
+from starlight_py.amqp.field_codec import MAX_FIELD_NESTING
 from starlight_py.gateway.connection_limits import REFUSING_AT_ONCE
+from starlight_py.local import ServiceEndpoints
+from starlight_py.local.proxy import ProxyProcess
 from tests.integration.conftest import Broker, ProxyFactory
 from tests.support.amqp_fixtures import Created, confirming_channel
 from tests.support.raw_amqp import PROTOCOL_HEADER, RawClient
@@ -573,3 +578,83 @@ def test_a_client_that_does_not_read_is_not_read_either(
     assert stalled, f"the proxy took {sent} more bytes from a client that reads nothing"
     client.close()
     bystander.check()
+
+
+def resident_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+# How long six clients send deeply nested frames (the figure was taken over 60 s).
+NESTING_FLOOD_SECONDS = float(os.environ.get("STARLIGHT_NESTING_FLOOD_SECONDS", "8"))
+
+
+def test_six_clients_sending_deep_nestings_leave_memory_flat(
+    services: ServiceEndpoints, tmp_path: Path
+) -> None:
+    # A 15,000-level table is a 105 KB frame. pamqp's decoder recursed into it, copying the
+    # rest of the frame at every level: ~98 MB per frame until the garbage collector ran,
+    # and six such clients took a proxy to 1.5 GB. RSS must stay within +50 MB.
+    proxy = ProxyProcess(
+        "proxy-nesting",
+        tmp_path / "proxy.log",
+        {
+            "configurationStoreServers": services.zookeeper,
+            "brokerServiceURL": services.pulsar_service_url,
+            "brokerWebServiceURL": services.pulsar_web_url,
+        },
+    )
+    proxy.start()
+    try:
+        assert proxy.pid is not None
+        frame = declare_with_arguments(nested_table(15_000))
+        bystander = Bystander(f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F")
+
+        def hostile_once() -> None:
+            client = RawClient("127.0.0.1", proxy.port)
+            try:
+                client.handshake()
+                client.open_channel(1)
+                client.send(frame)
+                assert client.expect_connection_close().reply_code == 501
+            finally:
+                client.close()
+
+        hostile_once()  # warm up: what a first connection allocates is not growth
+        bystander.check()
+        before = resident_kib(proxy.pid)
+        deadline = time.monotonic() + NESTING_FLOOD_SECONDS
+        sent = [0] * 6
+        errors: list[BaseException] = []
+
+        def flood(index: int) -> None:
+            try:
+                while time.monotonic() < deadline:
+                    hostile_once()
+                    sent[index] += 1
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=flood, args=(i,)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        peak = before
+        while any(thread.is_alive() for thread in threads):
+            bystander.check()
+            peak = max(peak, resident_kib(proxy.pid))
+            time.sleep(0.1)
+        assert not errors, errors
+        after = resident_kib(proxy.pid)
+        bystander.check()
+        bystander.close()
+        print(
+            f"{sum(sent)} nested frames from 6 clients in {NESTING_FLOOD_SECONDS:.0f} s: "
+            f"RSS {before // 1024} MB before, peak {peak // 1024} MB, "
+            f"{after // 1024} MB after"
+        )
+        assert sum(sent) >= 6
+        assert peak - before < 50 * 1024
+    finally:
+        proxy.stop()

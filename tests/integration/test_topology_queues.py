@@ -14,7 +14,13 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 
 from tests.integration.conftest import Broker
 from tests.support import amqp_fixtures
-from tests.support.amqp_fixtures import Created, closes_channel, next_reply, raw_channel
+from tests.support.amqp_fixtures import (
+    Created,
+    closes_channel,
+    get_one,
+    next_reply,
+    raw_channel,
+)
 
 # --- helpers (shared ones: tests/support/amqp_fixtures.py; fixtures: conftest.py) -----
 
@@ -66,6 +72,26 @@ def test_declare_named_queue_returns_its_name_and_zero_counts(
     # An equivalent redeclare answers the same.
     ok = channel.queue_declare(name).method
     assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["café", "orders{1}", "a b#*"])
+def test_every_utf8_name_rabbitmq_accepts_works(
+    connection: BlockingConnection, created: Created, kind: str
+) -> None:
+    channel = connection.channel()
+    channel.confirm_delivery()
+    queue, exchange = created.queue(kind), created.exchange(kind)
+    ok = channel.queue_declare(queue).method
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (queue, 0, 0)
+    channel.exchange_declare(exchange, "direct")
+    channel.queue_bind(queue, exchange, routing_key=kind)
+    channel.basic_publish(exchange, kind, b"named")
+    method, _, body = get_one(channel, queue, auto_ack=True)
+    assert (method.exchange, method.routing_key, body) == (exchange, kind, b"named")
+    # basic.return names the exchange too.
+    with pytest.raises(pika.exceptions.UnroutableError):
+        channel.basic_publish(exchange, "nowhere", b"lost", mandatory=True)
+    assert channel.queue_delete(queue).method.message_count == 0
 
 
 def test_server_named_queue_gets_a_fresh_amq_gen_name(connection: BlockingConnection) -> None:

@@ -21,6 +21,7 @@ from starlight_py.amqp.errors import (
     AccessRefused,
     ChannelStateError,
     CommandInvalid,
+    ConnectionAccessRefused,
     FrameError,
     InternalError,
     NotAllowed,
@@ -434,11 +435,8 @@ def _opening() -> AMQPConnection:
     [
         (_after_header, connection_open(), (10, 40)),
         (_after_header, tune_ok(), (10, 31)),
-        (_authenticating, tune_ok(), (10, 31)),
-        (_authenticating, start_ok(), (10, 11)),
         (awaiting_tune_ok, connection_open(), (10, 40)),
         (awaiting_tune_ok, start_ok(), (10, 11)),
-        (_opening, connection_open(), (10, 40)),
         (open_connection, start_ok(), (10, 11)),
         (open_connection, tune_ok(), (10, 31)),
         (open_connection, connection_open(), (10, 40)),
@@ -455,6 +453,75 @@ def test_method_out_of_handshake_order_closes_with_504_like_rabbitmq(
     close = single_close(sent(conn))
     assert (close["reply_code"], close["class_id"], close["method_id"]) == (504, *ids)
     assert "unexpected method in connection state" in close["reply_text"]
+
+
+def test_a_pipelined_handshake_waits_for_the_shell_and_goes_on() -> None:
+    # start-ok, tune-ok, connection.open and channel frames in one write, as some clients
+    # send them without waiting for the replies (RabbitMQ accepts it).
+    conn = _after_header()
+    conn.data_to_send()
+    events = conn.receive_data(
+        start_ok()
+        + tune_ok()
+        + connection_open("v")
+        + marshal(1, commands.Channel.Open())
+        + marshal(1, commands.Basic.Qos(prefetch_count=5))
+    )
+    assert [type(e) for e in events] == [ev.LoginRequested]
+    assert conn.resume() == []  # still waiting on the login
+    conn.accept_login()
+    assert conn.resume() == [ev.OpenRequested("v")]
+    assert conn.resume() == []  # still waiting on the vhost
+    conn.accept_open()
+    events = conn.resume()
+    assert [(type(e), getattr(e, "channel", None)) for e in events] == [
+        (ev.ChannelOpened, 1),
+        (ev.MethodReceived, 1),
+    ]
+    assert conn.resume() == []
+    assert [name for _, name, _ in sent(conn)] == [
+        "Connection.Tune",
+        "Connection.OpenOk",
+        "Channel.OpenOk",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "accept", "ids"),
+    [
+        (tune_ok(), "", (10, 31)),
+        (start_ok(), "login", (10, 11)),
+        (connection_open(), "open", (10, 40)),
+    ],
+)
+def test_a_method_pipelined_out_of_order_is_504_once_the_shell_answers(
+    data: bytes, accept: str, ids: tuple[int, int]
+) -> None:
+    if accept == "open":
+        conn = _opening()
+        conn.receive_data(data)
+        conn.accept_open()
+    else:
+        conn = _authenticating()
+        conn.receive_data(data)
+        conn.accept_login()
+    conn.data_to_send()
+    events = conn.resume()
+    if accept == "":  # tune-ok in answer to the tune: fine
+        assert events == [] and not conn.closed
+        return
+    assert error_types(events) == [ChannelStateError]
+    close = single_close(sent(conn))
+    assert (close["reply_code"], close["class_id"], close["method_id"]) == (504, *ids)
+
+
+def test_frames_behind_a_refused_login_are_dropped() -> None:
+    conn = _authenticating()
+    conn.receive_data(tune_ok() + connection_open())
+    conn.fail(ConnectionAccessRefused("refused", (10, 11)))
+    conn.data_to_send()
+    assert conn.resume() == []
+    assert conn.data_to_send() == b""
 
 
 def test_channel_frame_before_the_connection_is_open_closes_the_connection() -> None:
@@ -746,9 +813,12 @@ def test_client_connection_close_during_the_handshake() -> None:
     close = commands.Connection.Close(
         reply_code=200, reply_text="never mind", class_id=0, method_id=0
     )
-    assert conn.receive_data(marshal(0, close)) == [ev.ConnectionCloseRequested(200, "never mind")]
+    # Handled in order: once the shell has answered the login.
+    assert conn.receive_data(marshal(0, close)) == []
+    conn.accept_login()
+    assert conn.resume() == [ev.ConnectionCloseRequested(200, "never mind")]
     conn.finish_connection_close()
-    assert sent(conn) == [m(0, commands.Connection.CloseOk())]
+    assert [name for _, name, _ in sent(conn)] == ["Connection.Tune", "Connection.CloseOk"]
     assert conn.closed
 
 

@@ -391,6 +391,18 @@ def test_recover_requeues_every_unacked_delivery_and_answers() -> None:
         ch.recover(False)
 
 
+def test_recover_async_requeues_without_an_answer() -> None:
+    ch, wire = new_channel()
+    delivered(ch, wire, "m1")
+    ch.recover(True, (60, 100))
+    assert wire.take() == []
+    [requeue] = ch.take_commands()
+    assert isinstance(requeue, RequeueMessages) and len(requeue.deliveries) == 1
+    with pytest.raises(NotImplementedMethod) as raised:
+        ch.recover(False, (60, 100))
+    assert raised.value.method == (60, 100)
+
+
 # ---- cancel and close ----------------------------------------------------------------------
 
 
