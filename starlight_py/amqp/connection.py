@@ -399,7 +399,7 @@ class AMQPConnection:
         channel = self._channels.get(number)
         if channel is None:
             if isinstance(frame, framing.MethodFrame) and frame.method.name == "Channel.Open":
-                self._open_channel(number, frame.method, events)
+                self._open_channel(number, events)
                 return
             raise ChannelStateError(f"expected 'channel.open' on channel {number}", _ids_of(frame))
         if channel.state is ChannelState.CLOSING:
@@ -414,11 +414,14 @@ class AMQPConnection:
         elif isinstance(frame, framing.BodyFrame):
             self._content_body(number, channel, frame.payload, events)
 
-    def _open_channel(self, number: int, method: framing.Method, events: list[ev.Event]) -> None:
-        if number > self.channel_max:
+    def _open_channel(self, number: int, events: list[ev.Event]) -> None:
+        # RabbitMQ 3.10 limits how many channels are open, not their numbers (any of 1-65535).
+        opened = len(self._channels)
+        if self.channel_max and opened >= self.channel_max:
             raise NotAllowed(
-                f"channel number {number} is above the negotiated channel_max ({self.channel_max})",
-                framing.method_ids(method),
+                f"number of channels opened ({opened}) has reached the negotiated "
+                f"channel_max ({self.channel_max})"
+                # RabbitMQ names no method (class and method id 0) in this close.
             )
         self._channels[number] = _Channel()
         self._send(number, commands.Channel.OpenOk())

@@ -884,9 +884,9 @@ def first_close(view: ClientView) -> tuple[str, int, int]:
             id="method-on-a-channel-never-opened",
         ),
         pytest.param(
-            opened(marshal(9, commands.Channel.Open())),
+            opened(b"".join(marshal(n, commands.Channel.Open()) for n in range(2, 10))),
             ("Connection.Close", 0, ReplyCode.NOT_ALLOWED),
-            id="channel-above-channel-max",
+            id="more-channels-than-channel-max",
         ),
         pytest.param(
             opened(publish(1, 16 * KIB + 1)),
