@@ -289,8 +289,14 @@ class PulsarAdmin:
     def expire_messages(self, topic: TopicName, subscription: str, older_than: int) -> None:
         """Acknowledge the messages of a subscription published more than `older_than`
         seconds ago (Pulsar's expireMessages; a queue's x-message-ttl). A missing topic or
-        subscription is not an error. Raises PulsarAdminError or BackendUnavailable."""
-        self._subscription_action(topic, subscription, f"expireMessages/{max(0, older_than)}")
+        subscription is not an error, nor a subscription with (almost) nothing to expire
+        (Pulsar answers 409 "subscription almost catch up" then). Raises PulsarAdminError or
+        BackendUnavailable."""
+        try:
+            self._subscription_action(topic, subscription, f"expireMessages/{max(0, older_than)}")
+        except PulsarAdminError as e:
+            if e.status != 409:
+                raise
 
     def _subscription_action(self, topic: TopicName, subscription: str, action: str) -> None:
         path = f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
