@@ -27,7 +27,7 @@ as `AMQPError`s; the connection's one `fail()` turns them into channel.close.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -140,6 +140,11 @@ class Channel:
         self.tally = tally or Tally()
         self.budget = budget or TransactionBudget(TransactionLimit(1 << 62))
         self.confirms: Confirms | None = None
+        # Publishes handed to Pulsar without an outcome yet (confirming or not), and who
+        # waits for them all to have one (basic.get after basic.publish, as RabbitMQ keeps a
+        # channel's commands in order).
+        self.publishing = 0
+        self.when_published: Callable[[], None] | None = None
         self.transaction: ChannelTransaction | None = None
         self.next_tag = 1
         # Insertion order is tag order: tags only grow and are never re-inserted.
@@ -181,12 +186,17 @@ class Channel:
     def reserve_publish(self) -> int:
         """The confirm sequence number of a publish, in publish order; 0 when the channel
         does not confirm."""
+        self.publishing += 1
         confirms = self.confirms
         return 0 if confirms is None else confirms.reserve()
 
-    def settle_publishes(self, outcomes: Iterable[tuple[int, bool]]) -> None:
+    def settle_publishes(self, outcomes: Sequence[tuple[int, bool]]) -> None:
         """Outcomes of publishes (sequence number, stored or not), in any order; writes the
         confirms they complete, one per run of equal outcomes."""
+        self.publishing -= len(outcomes)
+        if not self.publishing and self.when_published is not None:
+            waiter, self.when_published = self.when_published, None
+            waiter()
         confirms = self.confirms
         if confirms is None:
             return

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+import trio
 from pamqp import commands
 
 from starlight_py.amqp import hot_frames
@@ -155,7 +156,19 @@ class MessageFlow:
     async def _get(self, session: ChannelSession, method: commands.Basic.Get) -> None:
         queue = resolve_queue_name(self.ctx, session, _text(method.queue), (60, 70))
         await self.ctx.access.check_queue(Access.READ, queue, (60, 70))
+        await self._published(session)
         await self.consumers.get(session, queue, bool(method.no_ack))
+
+    async def _published(self, session: ChannelSession) -> None:
+        """Wait until Pulsar has stored what this channel published before (RabbitMQ keeps
+        a channel's commands in order: a get after a publish sees the message)."""
+        core = session.core
+        if not core.publishing:
+            return
+        self.publisher.flush()  # those of this very socket read too
+        done = trio.Event()
+        core.when_published = done.set
+        await done.wait()
 
     # ---- modes ----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from tests.integration.conftest import Broker
 from tests.support import amqp_fixtures
 from tests.support.amqp_fixtures import (
     Created,
+    back_to_back_publishes,
     confirming_channel,
     drain,
     get_one,
@@ -459,6 +460,43 @@ def test_basic_get_message_count_is_what_remains_after_it(
         seen.append((body, method.message_count))
     assert seen == [(b"m0", 4), (b"m1", 3), (b"m2", 2), (b"m3", 1), (b"m4", 0)]
     assert channel.basic_get(queue, auto_ack=True) == (None, None, None)
+
+
+@pytest.mark.parametrize("confirming", [False, True], ids=["plain", "confirming"])
+def test_basic_get_right_after_basic_publish_on_the_same_channel_sees_it(
+    connection: BlockingConnection, created: Created, confirming: bool
+) -> None:
+    # RabbitMQ handles a channel's commands in order: no get-empty, no sleep needed.
+    channel = connection.channel()
+    if confirming:
+        channel.confirm_delivery()
+    queue = created.queue()
+    channel.queue_declare(queue, exclusive=True)
+    empty = 0
+    for i in range(30):
+        channel.basic_publish("", queue, f"m{i}".encode())
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            empty += 1
+        else:
+            assert body == f"m{i}".encode()
+    assert empty == 0
+
+
+def test_basic_get_right_after_publishes_in_one_write_sees_them(
+    broker: Broker, created: Created
+) -> None:
+    queue = created.queue()
+    with raw_channel(broker) as client:
+        client.send_method(1, commands.Queue.Declare(queue=queue, exclusive=True))
+        assert isinstance(client.read_method()[1], commands.Queue.DeclareOk)
+        client.send(
+            back_to_back_publishes(queue, 3)
+            + frame.marshal(commands.Basic.Get(queue=queue, no_ack=True), 1)
+        )
+        _, reply = client.read_method()
+        assert isinstance(reply, commands.Basic.GetOk), reply
+        assert reply.message_count == 2
 
 
 def test_basic_get_on_an_empty_queue_answers_get_empty(

@@ -138,6 +138,20 @@ def test_without_confirm_mode_publishes_are_not_numbered_and_settle_silently() -
     assert ch.unconfirmed == 0
 
 
+@pytest.mark.parametrize("confirming", [False, True])
+def test_a_waiter_learns_when_every_publish_has_its_outcome(confirming: bool) -> None:
+    ch, _ = new_channel()
+    if confirming:
+        ch.confirm_select(nowait=True)
+    woken: list[int] = []
+    first, second = ch.reserve_publish(), ch.reserve_publish()
+    ch.when_published = lambda: woken.append(ch.publishing)
+    ch.settle_publishes([(second, True)])
+    assert woken == [] and ch.publishing == 1
+    ch.settle_publishes([(first, False)])
+    assert woken == [0] and ch.when_published is None
+
+
 def test_confirms_wait_for_earlier_publishes_and_use_multiple_for_runs() -> None:
     ch, wire = new_channel()
     ch.confirm_select(nowait=False)
