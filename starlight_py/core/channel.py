@@ -69,6 +69,10 @@ MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
 # How long a priority queue's consumer holds back lower bands after a higher one ran empty
 # (model/priorities.py: a band's next message is a Pulsar round trip away).
 BAND_REFILL_WAIT = 0.05
+# How long a new consumer waits for the first messages of a band that had a backlog when it
+# subscribed, before a lower band's message may go first (subscribing to many bands takes
+# a while, more on a loaded machine; the wait ends as soon as they arrive).
+BAND_FIRST_WAIT = 1.0
 
 BASIC_ACK = (60, 80)
 BASIC_REJECT = (60, 90)
@@ -236,11 +240,14 @@ class Channel:
         self.consumers[tag] = consumer
         return consumer
 
-    def reads_band(self, consumer: Consumer, rank: int) -> None:
-        """The consumer reads priority band `rank` (1 + band) of a priority queue."""
+    def reads_band(self, consumer: Consumer, rank: int, backlog: int = 0) -> None:
+        """The consumer reads priority band `rank` (1 + band) of a priority queue, which
+        held `backlog` messages when it subscribed (Pulsar's stats)."""
         if rank > 0:
             consumer.ranks.add(rank)
-            consumer.refilling[rank] = self.clock()
+            consumer.refilling[rank] = self.clock() + BAND_REFILL_WAIT
+            if backlog > 0:
+                consumer.expected.add(rank)
 
     def start_consumer(self, consumer: Consumer, nowait: bool) -> None:
         """Setting up succeeded: basic.consume-ok (unless nowait), then deliveries."""
@@ -248,11 +255,13 @@ class Channel:
             self._reply(amqp.Basic.ConsumeOk(consumer.tag))
         consumer.started = True
         # Subscribing to every band takes a while: a band's wait for its first messages
-        # starts now, not when its subscription was made.
+        # starts now, not when its subscription was made, and is longer for one that had
+        # messages then.
         now = self.clock()
         for rank in consumer.refilling:
             if consumer.pending.count(rank) == 0:
-                consumer.refilling[rank] = now
+                wait = BAND_FIRST_WAIT if rank in consumer.expected else BAND_REFILL_WAIT
+                consumer.refilling[rank] = now + wait
         self._drain(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -308,7 +317,7 @@ class Channel:
                     break
                 rank, source = pending.pop_ranked()
                 if rank > 0 and pending.count(rank) == 0:
-                    consumer.refilling[rank] = self.clock()
+                    consumer.refilling[rank] = self.clock() + BAND_REFILL_WAIT
                 deliverable = vet(consumer, source)
                 if deliverable is None:
                     continue
@@ -365,18 +374,19 @@ class Channel:
 
     def _wait_for_higher_band(self, consumer: Consumer) -> bool:
         """Whether to hold back the waiting message because a higher band ran empty less
-        than BAND_REFILL_WAIT ago: Pulsar sends a band's next message only once the previous
-        was taken, and that round trip must not let a lower band's message overtake it.
-        Asks for a later drain when holding back."""
+        than BAND_REFILL_WAIT ago (Pulsar sends a band's next message only once the previous
+        was taken, and that round trip must not let a lower band's message overtake it), or
+        its first messages have not come yet (BAND_FIRST_WAIT). Asks for a later drain when
+        holding back."""
         top = consumer.pending.top_rank()
         if top is None:
             return False
         now = self.clock()
         until = max(
             (
-                since + BAND_REFILL_WAIT
-                for rank, since in consumer.refilling.items()
-                if rank > top and now - since < BAND_REFILL_WAIT
+                deadline
+                for rank, deadline in consumer.refilling.items()
+                if rank > top and now < deadline
             ),
             default=None,
         )

@@ -46,6 +46,7 @@ class Consumer:
         "cancelled",
         "encoded_tag",
         "exclusive",
+        "expected",
         "link",
         "no_ack",
         "pending",
@@ -73,8 +74,11 @@ class Consumer:
         self.pending: RankedPending[Any] = RankedPending()
         # Priority bands read (rank 1 + band); empty for an ordinary queue.
         self.ranks: set[int] = set()
-        # A priority queue's bands that may be refilling: rank -> when it last ran empty.
+        # A priority queue's bands that may be refilling: rank -> until when a lower band's
+        # message waits for them.
         self.refilling: dict[int, float] = {}
+        # Bands that had messages when the consumer subscribed to them.
+        self.expected: set[int] = set()
         # What the gateway was last told: reading or not, per band (None: every subscription).
         self.reading: dict[int | None, bool] = {}
         self.wake_pending = False

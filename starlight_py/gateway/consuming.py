@@ -146,7 +146,7 @@ class Consumers:
             )
         ]
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
-        await self._check_exclusive_use(queue, sets, exclusive)
+        backlogs = await self._check_exclusive_use(queue, sets, exclusive)
         link = ConsumerLink(session, tag, queue, exclusive, record)
         link.core = channel.add_consumer(tag, queue, no_ack, exclusive, link)
         link.batcher = Batcher(self._token, lambda batches: self._on_messages(link, batches))
@@ -162,7 +162,7 @@ class Consumers:
             )
             link.registered = True
             for binding_set in sets:
-                await self._subscribe(link, binding_set)
+                await self._subscribe(link, binding_set, backlogs.get(binding_set.subscription, 0))
         except BaseException:
             channel.remove_consumer(link.core)
             self.execute(session, channel.take_commands())
@@ -176,20 +176,27 @@ class Consumers:
 
     async def _check_exclusive_use(
         self, queue: str, sets: list[BindingSet], exclusive: bool
-    ) -> None:
+    ) -> dict[str, int]:
+        """Raises AccessRefused when the queue is in exclusive use (or would be, and has
+        consumers); returns each subscription's backlog, from the same stats."""
         names: set[str] = set()
+        backlogs: dict[str, int] = {}
         for binding_set in sets:
             topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
             stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
             found = stats.get(binding_set.subscription)
             if found is not None:
                 names.update(n for n in found.consumer_names if "/get/" not in n)
+                backlogs[binding_set.subscription] = found.backlog
         if (exclusive and names) or any(n.endswith("!x") for n in names):
             raise AccessRefused(
                 f"queue '{queue}' in vhost '{self.ctx.vhost}' in exclusive use", (60, 20)
             )
+        return backlogs
 
-    async def _subscribe(self, link: ConsumerLink, binding_set: BindingSet) -> None:
+    async def _subscribe(
+        self, link: ConsumerLink, binding_set: BindingSet, backlog: int = 0
+    ) -> None:
         if binding_set.subscription in link.handles or link.core is None:
             return
         topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
@@ -197,6 +204,11 @@ class Consumers:
         size = link.core.prefetch or UNLIMITED_RECEIVER_QUEUE
         batcher = link.batcher
         assert batcher is not None
+        # Known before the first message can arrive: the reader thread starts reading while
+        # `subscribe` returns, and a message of a band taken for rank 0 would go last.
+        link.known_sets[binding_set.topic] = binding_set
+        band = link.ranks[binding_set.subscription] = rank(binding_set)
+        link.session.core.reads_band(link.core, band, backlog)
         handle = await trio.to_thread.run_sync(
             self.backend.subscribe,
             topic,
@@ -206,9 +218,6 @@ class Consumers:
             lambda h, batch: batcher.put((h, batch)),
         )
         link.handles[binding_set.subscription] = handle
-        link.known_sets[binding_set.topic] = binding_set
-        band = link.ranks[binding_set.subscription] = rank(binding_set)
-        link.session.core.reads_band(link.core, band)
         if link.core.reading.get(band if link.core.ranks else None) is False:
             handle.pause()  # the core has it paused already
 

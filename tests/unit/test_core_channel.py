@@ -13,6 +13,7 @@ from starlight_py.amqp.framing import BodyFrame, FrameDecoder, HeaderFrame, Meth
 from starlight_py.amqp.hot_frames import Publish
 from starlight_py.amqp.transactions import BufferedPublish, TransactionLimit
 from starlight_py.core.channel import (
+    BAND_FIRST_WAIT,
     BAND_REFILL_WAIT,
     MAX_OUTPUT_BACKLOG,
     Channel,
@@ -330,6 +331,26 @@ def test_a_bands_wait_for_its_first_messages_starts_with_the_consumer() -> None:
     assert wire.take() == []
     ch.messages_arrived(consumer, [(2, Source("high"))])
     assert wire.take() == deliver(1, b"high")
+
+
+def test_a_band_that_had_messages_is_waited_for_longer_at_the_start() -> None:
+    clock = Clock()
+    ch, wire = new_channel(clock)
+    consumer = ch.add_consumer("c1", "q", False, False)
+    ch.reads_band(consumer, 3, backlog=2)  # had messages: they are on their way
+    ch.reads_band(consumer, 2, backlog=0)  # empty: only the short refill wait
+    ch.reads_band(consumer, 1, backlog=5)
+    ch.start_consumer(consumer, nowait=True)
+    ch.messages_arrived(consumer, [(1, Source("low"))])
+    clock.now += BAND_REFILL_WAIT * 2  # past the short wait, not the first-message one
+    ch.drain(consumer)
+    assert wire.take() == []
+    assert ch.take_commands()[-1] == DrainLater(consumer, pytest.approx(BAND_FIRST_WAIT - 0.1))
+    ch.messages_arrived(consumer, [(3, Source("high"))])
+    assert wire.take() == deliver(1, b"high")
+    clock.now += BAND_FIRST_WAIT
+    ch.drain(consumer)
+    assert wire.take() == deliver(2, b"low")
 
 
 # ---- ack, nack, reject, recover ------------------------------------------------------------
