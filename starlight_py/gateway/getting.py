@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 GET_WAIT = 0.5
 GETTER_IDLE = 0.5
 HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
+# Only delayed messages are pending: the broker hands one out once due, and only to a
+# consumer that is there; a new getter gets a due one within a few ms of subscribing.
+DELAYED_WAIT = 0.02
 DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead letters
 TRIM_CHANNEL = 0  # dead letters of drop-head trims are settled as the connection's own
 
@@ -76,6 +79,7 @@ class Getters:
         ]
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
         ready: dict[str, int] = {}
+        delayed: set[str] = set()
         for binding_set in sets:
             topic = naming.TopicName(self.consumers.ctx.namespace, binding_set.topic)
             stats = await trio.to_thread.run_sync(
@@ -88,6 +92,8 @@ class Getters:
                 ready[binding_set.subscription] = (
                     found_stats.backlog if self.consumers.backend.batching else found_stats.ready
                 )
+                if found_stats.delayed > 0:
+                    delayed.add(binding_set.subscription)
         total_ready = sum(ready.values())
         for binding_set in sets:
             getter = session.getters.get(binding_set.subscription)
@@ -96,8 +102,13 @@ class Getters:
                 session, getter, queue, binding_set, no_ack, total_ready, HELD_WAIT, record
             ):
                 return
+            wait = GET_WAIT
             if ready.get(binding_set.subscription, 0) <= 0:
-                continue
+                if binding_set.subscription not in delayed or getter is not None:
+                    continue
+                # Delayed messages the broker tracks: any that is due now goes to the getter
+                # we open, and a getter kept open gets the others once they are due.
+                wait = DELAYED_WAIT
             if getter is None:
                 getter = await trio.to_thread.run_sync(
                     self.consumers.backend.subscribe,
@@ -110,7 +121,7 @@ class Getters:
                 session.getters[binding_set.subscription] = getter
             remaining = max(0, total_ready - 1)
             if await self._get_from(
-                session, getter, queue, binding_set, no_ack, remaining, GET_WAIT, record
+                session, getter, queue, binding_set, no_ack, remaining, wait, record
             ):
                 return
         session.core.get_empty()

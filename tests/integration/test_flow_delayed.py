@@ -272,3 +272,37 @@ def test_a_message_routed_by_an_alternate_exchange_keeps_its_delay(
 
     assert list(arrived) == [b"via alternate"]
     assert arrived[b"via alternate"][0] - started >= 1.2 - CLOCK_TOLERANCE
+
+
+def test_basic_get_polling_returns_each_delayed_message_once_it_is_due(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    # A queue polled with basic.get, nobody consuming: a delayed message must become
+    # gettable once due (the broker tracks it as delayed once a getter has read the
+    # subscription, and hands it out only to a consumer that is there when it is due).
+    exchange, queue = created.exchange("dx"), created.queue("dq")
+    publisher = confirming_channel(connect())
+    declare_delayed(publisher, exchange)
+    publisher.queue_declare(queue, durable=True)
+    publisher.queue_bind(queue, exchange, "k")
+    delays = {b"d3000": 3000, b"d500": 500}
+    published: dict[bytes, float] = {}
+    for body, delay in delays.items():
+        published[body] = time.monotonic()
+        publish(publisher, exchange, "k", body, **{"x-delay": delay})
+    poller = connect().channel()
+    got: dict[bytes, float] = {}
+    deadline = time.monotonic() + 30
+    while len(got) < len(delays) and time.monotonic() < deadline:
+        method, _, body = poller.basic_get(queue, auto_ack=True)
+        if method is None:
+            time.sleep(0.05)
+            continue
+        assert body not in got, "a delayed message is got once"
+        got[body] = time.monotonic()
+    assert set(got) == set(delays)
+    for body, delay in delays.items():
+        waited = got[body] - published[body]
+        assert waited >= delay / 1000 - CLOCK_TOLERANCE, (body, waited)
+        print(f"{body!r}: got {1000 * waited - delay:.0f} ms after it was due")
+    assert poller.basic_get(queue, auto_ack=True)[0] is None
