@@ -7,6 +7,7 @@ worker thread (`trio.to_thread.run_sync`). Every failure is translated to `Pulsa
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import json
 import logging
@@ -131,6 +132,15 @@ class SubscriptionStats:
         return self.backlog_bytes * self.ready // self.backlog
 
 
+@dataclass(frozen=True, slots=True)
+class PeekedMessage:
+    """A message seen through the admin API without consuming it."""
+
+    message_id: str  # "ledger:entry"
+    publish_time_ms: int
+    properties: dict[str, str]
+
+
 class PulsarAdmin:
     """Admin REST calls against `web_url` (e.g. http://127.0.0.1:8080, or https:// with
     `settings` giving the trusted CAs and the proxy's credentials)."""
@@ -174,6 +184,17 @@ class PulsarAdmin:
         return headers
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
+        status, _, payload = self._exchange(method, path, body)
+        try:
+            return json.loads(payload) if payload else None
+        except ValueError as e:
+            raise PulsarAdminError(status, f"{method} {path} answered with no JSON") from e
+
+    def _exchange(
+        self, method: str, path: str, body: Any = None
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """One call: (status, response headers, body). Raises PulsarAdminError,
+        PulsarAuthenticationRefused, BackendUnavailable."""
         data = None if body is None else json.dumps(body).encode("utf-8")
         request = urllib.request.Request(
             self.web_url + path, data=data, method=method, headers=self._headers()
@@ -181,6 +202,7 @@ class PulsarAdmin:
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
                 status = response.status
+                headers = response.headers
                 payload = response.read()
         except urllib.error.HTTPError as e:
             if e.code == 401:
@@ -201,10 +223,7 @@ class PulsarAdmin:
             raise BackendUnavailable(f"Pulsar admin API at {self.web_url} unreachable: {e}") from e
         except (OSError, http.client.HTTPException) as e:
             raise BackendUnavailable(f"Pulsar admin API at {self.web_url} unreachable: {e}") from e
-        try:
-            return json.loads(payload) if payload else None
-        except ValueError as e:
-            raise PulsarAdminError(status, f"{method} {path} answered with no JSON") from e
+        return status, headers, payload
 
     def clusters(self) -> list[str]:
         result: list[str] = self._request("GET", "/admin/v2/clusters")
@@ -409,6 +428,29 @@ class PulsarAdmin:
             }
         except (TypeError, ValueError, AttributeError) as e:
             raise PulsarAdminError(200, f"unexpected stats answer for {topic}") from e
+
+    def peek_head(self, topic: TopicName, subscription: str) -> PeekedMessage | None:
+        """The first message of the subscription's backlog (what a consumer would be given
+        first, a message delivered and unacked included), read without taking it; None when
+        the backlog, the subscription or the topic is empty or missing. Raises
+        PulsarAdminError or BackendUnavailable."""
+        path = f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
+        try:
+            status, headers, _ = self._exchange("GET", f"{path}/position/1")
+        except PulsarAdminError as e:
+            if e.status == 404:
+                return None
+            raise
+        try:
+            published = datetime.datetime.fromisoformat(headers["X-Pulsar-publish-time"])
+            properties = json.loads(headers.get("X-Pulsar-PROPERTY") or "{}")
+            return PeekedMessage(
+                str(headers.get("X-Pulsar-Message-ID", "")),
+                round(published.timestamp() * 1000),
+                {str(k): str(v) for k, v in properties.items()},
+            )
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise PulsarAdminError(status, f"unexpected peek answer for {topic}: {e}") from e
 
     def cursor_position(self, topic: TopicName, subscription: str) -> MessageIdRecord | None:
         """The subscription's mark-delete position: every message at or before it is

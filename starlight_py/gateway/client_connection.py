@@ -458,6 +458,7 @@ class ClientConnection:
                 services.cache,
                 dead_letters,
             ),
+            services.reaper.hint if services.reaper is not None else None,
         )
         return MessageFlow(ctx, publisher, consumers, dead_letters, services.metrics, self._tally)
 

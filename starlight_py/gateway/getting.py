@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -29,6 +30,7 @@ HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at o
 DELAYED_WAIT = 0.02
 DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead letters
 TRIM_CHANNEL = 0  # dead letters of drop-head trims are settled as the connection's own
+EXPIRE_READ_AHEAD = 50  # messages the expiry reaper's reader may hold at once
 
 
 def rank(binding_set: BindingSet) -> int:
@@ -191,9 +193,52 @@ class Getters:
         ready messages of one binding subscription (what the broker hands out next, never a
         message delivered and unacked) and dead-letter them with reason `maxlen`, or drop
         them without a dead-letter exchange; returns how many. Raises BackendUnavailable."""
-        record = self.consumers.cache.queue(self.consumers.ctx.vhost, queue)
-        if record is None or count <= 0:
+        if count <= 0:
             return 0
+
+        def take(handle: ConsumerHandle, message: ReceivedMessage, record: Queue) -> bool:
+            self.consumers.dead_letters.dead_letter(
+                TRIM_CHANNEL, handle, message, record, MAX_LENGTH
+            )
+            return True
+
+        return await self._take_oldest(queue, topic, subscription, "trim", count, take)
+
+    async def expire_oldest(self, queue: str, topic: naming.TopicName, subscription: str) -> int:
+        """The expiry reaper's read of a queue nobody consumes: take the oldest ready
+        messages of one binding subscription while they are expired (or over the delivery
+        limit) and dead-letter or drop them; the first live one stops it and goes back to the
+        queue when the reader closes (Pulsar does not count that as a redelivery). Returns
+        how many died. Raises BackendUnavailable."""
+
+        def take(handle: ConsumerHandle, message: ReceivedMessage, record: Queue) -> bool:
+            return self.consumers.dead_letters.died_before_delivery(
+                TRIM_CHANNEL, handle, message, record
+            )
+
+        return await self._take_oldest(
+            queue, topic, subscription, "expire", EXPIRE_READ_AHEAD, take, limit=None
+        )
+
+    async def _take_oldest(
+        self,
+        queue: str,
+        topic: naming.TopicName,
+        subscription: str,
+        purpose: str,
+        read_ahead: int,
+        take: Callable[[ConsumerHandle, ReceivedMessage, Queue], bool],
+        limit: int | None = -1,
+    ) -> int:
+        """Read the oldest ready messages of one binding subscription of `queue` with a
+        reader of its own, passing each of the queue's to `take` (which dead-letters it and
+        says True, or says False to stop there: that message goes back when the reader
+        closes), at most `limit` (-1: `read_ahead`; None: no limit); returns how many were
+        taken, once their dead letters are settled."""
+        record = self.consumers.cache.queue(self.consumers.ctx.vhost, queue)
+        if record is None:
+            return 0
+        limit = read_ahead if limit == -1 else limit
         known = {
             b.topic: b
             for b in self.consumers.cache.binding_sets_of_queue(self.consumers.ctx.vhost, queue)
@@ -203,28 +248,27 @@ class Getters:
             self.consumers.backend.subscribe,
             topic,
             subscription,
-            f"{self.consumers.prefix}/get/trim",
-            count,
+            f"{self.consumers.prefix}/get/{purpose}",
+            read_ahead,
             None,
         )
-        dropped = 0
+        taken = 0
         try:
-            while dropped < count:
+            while limit is None or taken < limit:
                 message = await trio.to_thread.run_sync(handle.receive, GET_WAIT)
                 if message is None:
                     break
                 if self.consumers._route(queue, known, message) is None:
                     handle.acknowledge(message)  # another binding's message: not this queue's
                     continue
-                dropped += 1
-                self.consumers.dead_letters.dead_letter(
-                    TRIM_CHANNEL, handle, message, record, MAX_LENGTH
-                )
+                if not take(handle, message, record):
+                    break
+                taken += 1
             await self.consumers.dead_letters.settled(TRIM_CHANNEL, DEAD_LETTER_SETTLE_WAIT)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(handle.close)
-        return dropped
+        return taken
 
     async def _close_getter(self, session: ChannelSession, subscription: str) -> None:
         """Close a getter now (nothing of it is unacked): the message its receiver queue may

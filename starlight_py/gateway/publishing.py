@@ -48,7 +48,7 @@ from starlight_py.gateway.route_plans import MAX_PLANS, RoutePlan
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
-from starlight_py.model.dead_letters import expiration_problem
+from starlight_py.model.dead_letters import expiration_problem, message_expiration_ms
 from starlight_py.model.permissions import Access, ResourceKind
 from starlight_py.model.priorities import max_priority_of
 from starlight_py.model.queue_limits import REJECT_PUBLISH_DLX, LengthLimit
@@ -132,8 +132,12 @@ class Publisher:
         kick: Callable[[], None],
         metrics: ProxyMetrics | None = None,
         lengths: LengthChecks | None = None,
+        expiring: Callable[[str, str, int], None] | None = None,
     ) -> None:
+        """`expiring(vhost, queue, at_ms)`: told of each queue a message with an
+        `expiration` is routed to (the expiry reaper looks at the queue then)."""
         self.lengths = lengths
+        self.expiring = expiring
         self.conn = conn
         self.ctx = ctx
         self.cache = cache
@@ -178,6 +182,7 @@ class Publisher:
             return False
         if plan.internal or properties.user_id is not None or properties.expiration is not None:
             self._check_message(plan.exchange, properties)
+            self._note_expiring(plan.exchange, method.routing_key, properties)
         pulsar_properties = plan.properties.get(raw_properties)
         if pulsar_properties is None:
             pulsar_properties = plan.properties_of(properties, raw_properties)
@@ -209,6 +214,7 @@ class Publisher:
         self._check_message(exchange, properties)
         routing_key = method.routing_key
         headers = properties.headers
+        self._note_expiring(exchange, routing_key, properties)
         if exchange.alternate_exchange is None:
             if not cache.has_route(vhost, exchange, routing_key, headers):
                 return False
@@ -293,6 +299,21 @@ class Publisher:
         problem = None if expiration is None else expiration_problem(expiration)
         if problem is not None:
             raise PreconditionFailed(f"invalid expiration '{expiration}': {problem}", BASIC_PUBLISH)
+
+    def _note_expiring(
+        self, exchange: Exchange, routing_key: str, properties: commands.Basic.Properties
+    ) -> None:
+        """Tell the expiry reaper where a message with an `expiration` goes, so that it
+        expires on time in a queue nobody reads."""
+        if self.expiring is None or properties.expiration is None:
+            return
+        expires_in = message_expiration_ms(properties.expiration)
+        if expires_in is None:
+            return
+        at = int(time.time() * 1000) + expires_in
+        vhost = self.ctx.vhost
+        for queue in self.cache.routed_queues(vhost, exchange, routing_key, properties.headers):
+            self.expiring(vhost, queue, at)
 
     def _send(
         self,
@@ -387,6 +408,7 @@ class Publisher:
         exchange = await self.admit(method, properties)
         routing_key = method.routing_key
         headers: dict[str, Any] | None = properties.headers
+        self._note_expiring(exchange, routing_key, properties)
         seq = target.reserve_publish()
         path = await self._route(exchange, routing_key, headers)
         self._count += 1

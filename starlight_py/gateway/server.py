@@ -27,6 +27,7 @@ from starlight_py.cluster.election import LeaderElection
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
+from starlight_py.gateway.expiry_reaper import ExpiryReaper
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.proxy_protocol import read_proxy_header
 from starlight_py.gateway.queue_lengths import QueueLengths
@@ -99,10 +100,25 @@ class ProxyServices:
     shutting_down: bool = False
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     lengths: QueueLengths | None = None  # x-max-length checks; made from topology/producers
+    reaper: ExpiryReaper | None = None  # expires messages of queues nobody reads
 
     def __post_init__(self) -> None:
         if self.lengths is None:
             self.lengths = QueueLengths(self.topology, self.producers)
+        if self.reaper is None:
+            cleaner = self.cleaner
+            self.reaper = ExpiryReaper(
+                self.cache,
+                self.topology,
+                self.backend,
+                self.producers,
+                self.requeued,
+                self.proxy_id,
+                lambda: (
+                    cleaner is not None
+                    and cleaner.election.leader_identity() == cleaner.election.identity
+                ),
+            )
 
     def topology_changed(self) -> None:
         """Runs on kazoo's thread: only schedules work on trio's."""
@@ -515,6 +531,8 @@ async def _serve(
         task_status.started(urls)
         assert services.ephemerals is not None
         nursery.start_soon(services.producers.close_idle_forever)
+        assert services.reaper is not None
+        nursery.start_soon(services.reaper.run)
         nursery.start_soon(
             cluster_duties,
             services.zookeeper,

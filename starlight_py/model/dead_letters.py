@@ -129,6 +129,21 @@ def death_at_delivery(
     return None
 
 
+def next_expiry_look(
+    now_ms: int, heads: list[int | None], ttl_ms: int | None, queue_empty: bool
+) -> float | None:
+    """Seconds until the queue must be looked at again, from the expiry times (ms, None for
+    a head that never expires) of its subscriptions' heads; None: no expiry in sight (the
+    caller decides whether to poll). An empty queue with a TTL: one TTL from now, since
+    nothing published after this look can expire sooner."""
+    due = [at for at in heads if at is not None]
+    if due:
+        return max(0.0, (min(due) + 1 - now_ms) / 1000)
+    if queue_empty and ttl_ms is not None:
+        return ttl_ms / 1000
+    return None
+
+
 def over_limit_when_returned(policy: MessagePolicy, redelivery_count: int) -> bool:
     """Whether a message delivered after `redelivery_count` returns dies (reason
     `delivery_limit`) when it is returned once more (nack or reject with requeue,

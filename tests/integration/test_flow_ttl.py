@@ -16,6 +16,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
+from tests.integration.conftest import ProxyFactory
 from tests.support.amqp_fixtures import (
     Created,
     closes_channel,
@@ -240,3 +241,91 @@ def test_wrong_ttl_argument_is_refused(connection: BlockingConnection, created: 
         f"PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue '{queue}' in vhost '/': "
         '"expected integer, got longstr"'
     )
+
+
+def consume_all(
+    connection: BlockingConnection, queue: str, expected: int, timeout: float = ARRIVAL
+) -> list[tuple[float, bytes, pika.BasicProperties]]:
+    """Consume (auto-ack) until `expected` messages came or `timeout`, then 0.3 s more:
+    (arrival time, body, properties) in arrival order."""
+    arrived: list[tuple[float, bytes, pika.BasicProperties]] = []
+    channel = connection.channel()
+
+    def on_message(
+        _ch: object, _method: object, properties: pika.BasicProperties, body: bytes
+    ) -> None:
+        arrived.append((time.monotonic(), body, properties))
+
+    channel.basic_consume(queue, on_message, auto_ack=True)
+    pump([connection], lambda: len(arrived) >= expected, timeout=timeout)
+    return arrived
+
+
+def test_wait_queue_nobody_reads_dead_letters_each_message_once_its_ttl_passed(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    """The retry pattern: a wait queue with a TTL and a dead-letter exchange that nobody
+    reads; its messages move to the work queue as their TTL passes."""
+    channel = confirming_channel(connect())
+    wait_queue, work_queue = declare(channel, created, True, **{"x-message-ttl": 500})
+    assert work_queue is not None
+    worker = connect()
+    published = time.monotonic()
+    for i in range(5):
+        channel.basic_publish("", wait_queue, f"retry{i}".encode())
+    arrived = consume_all(worker, work_queue, 5)
+    assert sorted(body for _, body, _ in arrived) == [f"retry{i}".encode() for i in range(5)]
+    for at, _, properties in arrived:
+        assert at - published >= 0.5 - 0.05, "not before its TTL"
+        (death,) = properties.headers["x-death"]
+        assert (death["reason"], death["queue"]) == ("expired", wait_queue)
+    print(f"last one moved {1000 * (arrived[-1][0] - published) - 500:.0f} ms after its TTL")
+    assert wait_for_count(channel, wait_queue, 0) == 0
+
+
+def test_per_message_expiration_in_a_wait_queue_expires_at_the_head(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    """Per-message TTLs in a queue nobody reads: a message dies once it is at the head and
+    expired, so a short one waits behind a longer one (RabbitMQ's order)."""
+    channel = confirming_channel(connect())
+    wait_queue, work_queue = declare(channel, created, True)
+    assert work_queue is not None
+    worker = connect()
+    published = time.monotonic()
+    channel.basic_publish("", wait_queue, b"slow", pika.BasicProperties(expiration="1500"))
+    channel.basic_publish("", wait_queue, b"quick", pika.BasicProperties(expiration="200"))
+    arrived = consume_all(worker, work_queue, 2)
+    assert [body for _, body, _ in arrived] == [b"slow", b"quick"]
+    assert arrived[1][0] - published >= 1.5 - 0.05, "the quick one waited for the head"
+    for _, _, properties in arrived:
+        assert properties.headers["x-death"][0]["reason"] == "expired"
+    print(f"moved {1000 * (arrived[-1][0] - published) - 1500:.0f} ms after the head expired")
+
+
+@pytest.mark.usefixtures("proxy_only")
+def test_wait_queue_messages_expire_through_a_proxy_restart(
+    start_proxy: ProxyFactory, created: Created
+) -> None:
+    """Messages published through one proxy, which stops before they expire, are
+    dead-lettered by the next one."""
+    first = start_proxy()
+    connection = pika.BlockingConnection(pika.URLParameters(first.amqp_url()))
+    channel = confirming_channel(connection)
+    wait_queue, work_queue = declare(channel, created, True, **{"x-message-ttl": 3000})
+    assert work_queue is not None
+    for i in range(3):
+        channel.basic_publish("", wait_queue, f"m{i}".encode())
+    connection.close()
+    first.stop()
+
+    second = start_proxy()
+    connection = pika.BlockingConnection(pika.URLParameters(second.amqp_url()))
+    try:
+        arrived = consume_all(connection, work_queue, 3, timeout=30)
+        assert sorted(body for _, body, _ in arrived) == [b"m0", b"m1", b"m2"]
+        channel = connection.channel()
+        channel.queue_delete(wait_queue)
+        channel.queue_delete(work_queue)
+    finally:
+        connection.close()

@@ -27,6 +27,7 @@ from starlight_py.model.dead_letters import (
     expires_at_ms,
     is_automatic_cycle,
     message_expiration_ms,
+    next_expiry_look,
 )
 from starlight_py.model.topology import Queue
 
@@ -261,3 +262,23 @@ def test_policy_cache_keeps_a_bounded_number_of_queue_records() -> None:
         queue = Queue("q", arguments={"x-message-ttl": i})
         assert dead_lettering.policy_of(queue).message_ttl_ms == i
         assert len(dead_lettering._POLICIES) <= dead_lettering._MAX_POLICIES
+
+
+# ---- when the expiry reaper looks at a queue again ----------------------------------------
+
+
+def test_next_look_is_just_after_the_earliest_head_expires() -> None:
+    assert next_expiry_look(10_000, [10_500, None, 12_000], 60_000, False) == 0.501
+
+
+def test_next_look_at_an_overdue_head_is_now() -> None:
+    assert next_expiry_look(10_000, [9_000], None, False) == 0.0
+
+
+def test_an_empty_queue_with_a_ttl_is_looked_at_one_ttl_later() -> None:
+    assert next_expiry_look(10_000, [], 2_500, True) == 2.5
+
+
+def test_no_expiry_in_sight_without_a_ttl_or_with_heads_that_never_expire() -> None:
+    assert next_expiry_look(10_000, [], None, True) is None
+    assert next_expiry_look(10_000, [None, None], None, False) is None
