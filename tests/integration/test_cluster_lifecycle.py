@@ -429,3 +429,48 @@ def test_drained_unbound_entries_of_a_shared_binding_set_are_pruned(
         assert channel.queue_declare(queue, passive=True).method.message_count == 1
         channel.queue_delete(queue)
         channel.exchange_delete(exchange)
+
+
+def test_messages_of_a_wait_queue_expire_after_the_cleaner_lead_moved(
+    start: Callable[[], ProxyThread], zookeeper: ZooKeeperClient, paths: Paths
+) -> None:
+    """The expiry reaper runs on the cleaner's leader: a wait queue nobody reads still
+    dead-letters its messages when the leader stops before they expire."""
+    proxies = [start(), start()]
+    observer = LeaderElection(zookeeper, paths.cleaner_election, "observer")
+    assert eventually(lambda: len(zookeeper.children(paths.cleaner_election)) == 2)
+    registered = {r.id: r for r in live_proxies(zookeeper, paths)}
+    leader_id = observer.leader_identity()
+    assert leader_id is not None
+    leader_port = registered[leader_id].listeners[0].rsplit(":", 1)[1]
+    leader = next(p for p in proxies if str(p.port) == leader_port)
+    follower = next(p for p in proxies if p is not leader)
+    wait_queue, work_queue = unique("wait"), unique("work")
+    with connect(follower) as conn:
+        channel = conn.channel()
+        channel.confirm_delivery()
+        channel.queue_declare(work_queue)
+        channel.queue_declare(
+            wait_queue,
+            arguments={
+                "x-message-ttl": 2000,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": work_queue,
+            },
+        )
+        for i in range(3):
+            channel.basic_publish("", wait_queue, f"m{i}".encode())
+        leader.stop()
+        bodies = []
+        for method, _, body in channel.consume(work_queue, inactivity_timeout=WAIT):
+            if method is None:
+                break
+            bodies.append(body)
+            channel.basic_ack(method.delivery_tag)
+            if len(bodies) == 3:
+                break
+        channel.cancel()
+        assert sorted(bodies) == [b"m0", b"m1", b"m2"]
+        assert channel.queue_declare(wait_queue, passive=True).method.message_count == 0
+        channel.queue_delete(wait_queue)
+        channel.queue_delete(work_queue)
