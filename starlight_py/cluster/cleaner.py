@@ -35,9 +35,14 @@ from dataclasses import dataclass, field, replace
 
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.cluster.election import LeaderElection
-from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.cache import TopologyCache, name_of
 from starlight_py.metadata.records import BindingSet, RetiredSubscription, decode, encode
-from starlight_py.metadata.zookeeper import MetadataUnavailable, NodeMissing, VersionConflict
+from starlight_py.metadata.zookeeper import (
+    MetadataUnavailable,
+    NodeMissing,
+    NodeNotEmpty,
+    VersionConflict,
+)
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import MessagePolicy
 from starlight_py.model.namespaces import NamespaceName
@@ -122,6 +127,7 @@ class SubscriptionCleaner:
             self._unbound_entries()
             self._expired_messages()
             self._abandoned_queues()
+            self._stale_held_counts()
         except _Budget:
             self._report.deferred = True
             log.info("cleaner pass stopped after %d actions; the rest waits", self.max_actions)
@@ -278,6 +284,19 @@ class SubscriptionCleaner:
                 except (PulsarAdminError, BackendUnavailable) as e:
                     self.stats.errors += 1
                     log.warning("cleaner: expiring messages of queue %r: %s", cached.name, e)
+
+    def _stale_held_counts(self) -> None:
+        """The folders of unacked counts (gateway/held_messages.py) of queues that no longer
+        exist, once no proxy has a count in them."""
+        root = self.paths.held_root
+        for vhost_segment in self.zk.children(root):
+            vhost = name_of(vhost_segment)
+            for queue_segment in self.zk.children(f"{root}/{vhost_segment}"):
+                if self.cache.queue(vhost, name_of(queue_segment)) is not None:
+                    continue
+                with contextlib.suppress(NodeMissing, NodeNotEmpty):
+                    self.zk.delete(f"{root}/{vhost_segment}/{queue_segment}")
+                    self._spend()
 
     def _abandoned_queues(self) -> None:
         now = time.monotonic()

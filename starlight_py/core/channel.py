@@ -135,8 +135,12 @@ class Channel:
         clock: Callable[[], float],
         tally: Tally | None = None,
         budget: TransactionBudget | None = None,
+        held: dict[str, int] | None = None,
     ) -> None:
+        """`held`: by queue name, the deliveries unacked in this process (shared by every
+        channel of the vhost here); the exact message counts subtract them."""
         self.number = number
+        self.held: dict[str, int] = {} if held is None else held
         self.sink = sink
         self.vet = vet
         self.frame_max = frame_max
@@ -312,6 +316,7 @@ class Channel:
             tally = self.tally
             number = self.number
             frame_max = self.frame_max
+            held = self.held
             while pending and self._has_credit(consumer):
                 if banded and self._wait_for_higher_band(consumer):
                     break
@@ -326,8 +331,11 @@ class Channel:
                 if consumer.no_ack:
                     acked.append(source)
                 else:
-                    self.unacked[tag] = Unacked(source, consumer, deliverable.queue)
+                    queue = deliverable.queue
+                    self.unacked[tag] = Unacked(source, consumer, queue)
                     consumer.unacked += 1
+                    if queue is not None:
+                        held[queue.name] = held.get(queue.name, 0) + 1
                 body = deliverable.body
                 tally.delivered += 1
                 tally.delivered_bytes += len(body)
@@ -464,12 +472,25 @@ class Channel:
         return taken
 
     def _released(self, taken: list[Unacked]) -> None:
+        self._unhold(taken)
         for item in taken:
             consumer = item.consumer
             if consumer is not None:
                 consumer.unacked -= 1
                 if consumer.cancelled and consumer.unacked == 0:
                     self._commands.append(ConsumerSettled(consumer))
+
+    def _unhold(self, taken: list[Unacked]) -> None:
+        held = self.held
+        for item in taken:
+            queue = item.queue
+            if queue is None:
+                continue
+            left = held.get(queue.name, 0) - 1
+            if left > 0:
+                held[queue.name] = left
+            else:
+                held.pop(queue.name, None)
 
     def _after_settle(self) -> None:
         for consumer in list(self.consumers.values()):
@@ -507,7 +528,10 @@ class Channel:
         if no_ack:
             self._commands.append(AckMessages([source]))
         else:
-            self.unacked[tag] = Unacked(source, None, deliverable.queue)
+            queue = deliverable.queue
+            self.unacked[tag] = Unacked(source, None, queue)
+            if queue is not None:
+                self.held[queue.name] = self.held.get(queue.name, 0) + 1
         body = deliverable.body
         self.tally.delivered += 1
         self.tally.delivered_bytes += len(body)
@@ -601,6 +625,7 @@ class Channel:
         self.closed = True
         unacked = list(self.unacked.values())
         self.unacked.clear()
+        self._unhold(unacked)
         consumers = list(self.consumers.values())
         self.consumers.clear()
         pending: list[Any] = []

@@ -304,6 +304,9 @@ class ClientConnection:
             clock=time.monotonic,
             tally=self._tally,
             budget=self._budget,
+            held=self.services.held.of(self.vhost.vhost)
+            if self.services.held is not None and self.vhost is not None
+            else None,
         )
         self.channels[event.channel] = ChannelSession(event.channel, core)
 

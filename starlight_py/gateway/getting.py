@@ -82,6 +82,7 @@ class Getters:
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
         ready: dict[str, int] = {}
         delayed: set[str] = set()
+        waiting = 0  # backlog less delayed: ready or delivered and unacked
         for binding_set in sets:
             topic = naming.TopicName(self.consumers.ctx.namespace, binding_set.topic)
             stats = await trio.to_thread.run_sync(
@@ -96,12 +97,25 @@ class Getters:
                 )
                 if found_stats.delayed > 0:
                     delayed.add(binding_set.subscription)
-        total_ready = sum(ready.values())
+                waiting += max(0, found_stats.backlog - found_stats.delayed)
+        # get-ok's message_count: the ready messages as RabbitMQ counts them, read ahead by
+        # a proxy or not (TopologyService.queue_counts).
+        held = await trio.to_thread.run_sync(
+            self.consumers.topology.held_messages, self.consumers.ctx.vhost, queue
+        )
+        total_ready = max(0, waiting - held)
         for binding_set in sets:
             getter = session.getters.get(binding_set.subscription)
-            # A message our getter already holds is counted as unacked, not ready.
+            # A message our getter read ahead is ready until it is delivered.
             if getter is not None and await self._get_from(
-                session, getter, queue, binding_set, no_ack, total_ready, HELD_WAIT, record
+                session,
+                getter,
+                queue,
+                binding_set,
+                no_ack,
+                max(0, total_ready - 1),
+                HELD_WAIT,
+                record,
             ):
                 return
             wait = GET_WAIT

@@ -28,6 +28,7 @@ from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
+from starlight_py.gateway.held_messages import HeldMessages
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.proxy_protocol import read_proxy_header
 from starlight_py.gateway.queue_lengths import QueueLengths
@@ -101,10 +102,14 @@ class ProxyServices:
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     lengths: QueueLengths | None = None  # x-max-length checks; made from topology/producers
     reaper: ExpiryReaper | None = None  # expires messages of queues nobody reads
+    held: HeldMessages | None = None  # unacked deliveries by queue, for exact counts
 
     def __post_init__(self) -> None:
         if self.lengths is None:
             self.lengths = QueueLengths(self.topology, self.producers)
+        if self.held is None:
+            self.held = HeldMessages(self.zookeeper, self.topology.paths, self.ephemerals)
+            self.topology.local_held = self.held.local
         if self.reaper is None:
             cleaner = self.cleaner
             self.reaper = ExpiryReaper(
@@ -531,8 +536,9 @@ async def _serve(
         task_status.started(urls)
         assert services.ephemerals is not None
         nursery.start_soon(services.producers.close_idle_forever)
-        assert services.reaper is not None
+        assert services.reaper is not None and services.held is not None
         nursery.start_soon(services.reaper.run)
+        nursery.start_soon(services.held.publish_forever)
         nursery.start_soon(
             cluster_duties,
             services.zookeeper,

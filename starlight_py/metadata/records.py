@@ -132,6 +132,18 @@ class Paths:
         return f"{self.proxies}/{segment(proxy_id)}"
 
     @property
+    def held_root(self) -> str:
+        """Unacked deliveries by queue and proxy (gateway/held_messages.py): outside
+        `vhosts`, so the topology cache does not follow their frequent changes."""
+        return f"{self.root}/v1/held"
+
+    def held(self, vhost: str, queue: str) -> str:
+        return f"{self.held_root}/{segment(vhost)}/{segment(queue)}"
+
+    def held_by(self, vhost: str, queue: str, proxy_id: str) -> str:
+        return f"{self.held(vhost, queue)}/{segment(proxy_id)}"
+
+    @property
     def cleaner_election(self) -> str:
         return f"{self.root}/v1/cleaner"
 

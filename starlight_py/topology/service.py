@@ -137,6 +137,9 @@ class TopologyService:
         self.backend = backend  # for purging subscriptions that have unacked messages
         self.ephemerals = ephemerals or EphemeralNodes(zookeeper, "unnamed")
         self._touched: dict[tuple[str, str], float] = {}
+        # This process's own unacked deliveries of a queue (gateway/held_messages.py),
+        # exact where ZooKeeper's copy may lag: set by the proxy, none in the admin tool.
+        self.local_held: Callable[[str, str], int] | None = None
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -461,35 +464,58 @@ class TopologyService:
                 log.warning("could not delete subscription %s: %s", binding_set.subscription, e)
 
     def queue_counts(self, vhost: str, namespace: NamespaceName, name: str) -> QueueCounts:
-        """Ready messages, from Pulsar subscription stats (live), and AMQP consumers, from
-        their ZooKeeper registrations: every proxy registers a consumer before consume-ok
-        and removes it before cancel-ok, while a Pulsar consumer stays open after a cancel
-        as long as the channel holds messages it delivered (and basic.get uses Pulsar
-        consumers too)."""
-        ready = 0
-        for binding_set, _ in self.binding_sets(vhost, name):
-            topic = naming.TopicName(namespace, binding_set.topic)
-            stats = self.admin.subscription_stats(topic).get(binding_set.subscription)
-            if stats is not None:
-                ready += stats.ready
+        """Ready messages and AMQP consumers, as RabbitMQ counts them.
+
+        Ready: the backlog of the queue's subscriptions in Pulsar's stats (live), less the
+        delayed messages the broker tracks and less the deliveries still unacked on every
+        proxy (`held_messages`): what the proxies read ahead but have not delivered stays
+        ready. Consumers: their ZooKeeper registrations; every proxy registers a consumer
+        before consume-ok and removes it before cancel-ok, while a Pulsar consumer stays
+        open after a cancel as long as the channel holds messages it delivered (and
+        basic.get uses Pulsar consumers too)."""
+        depth, _ = self.queue_depth(vhost, namespace, name, False)
         consumers = len(self.zk.children(self.paths.queue_consumers(vhost, name)))
-        return QueueCounts(ready, consumers)
+        return QueueCounts(depth.messages, consumers)
+
+    def held_messages(self, vhost: str, name: str) -> int:
+        """AMQP deliveries of the queue not yet acknowledged, on every proxy: this
+        process's own exactly, the others' as they wrote them (at most 100 ms old)."""
+        own = segment(self.ephemerals.owner_id) if self.local_held is not None else None
+        total = self.local_held(vhost, name) if self.local_held is not None else 0
+        base = self.paths.held(vhost, name)
+        for child in self.zk.children(base):
+            if child == own:
+                continue
+            found = self.zk.get(f"{base}/{child}")
+            if found is not None:
+                try:
+                    total += int(found[0] or b"0")
+                except ValueError:
+                    log.warning("ignoring unreadable unacked count in %s/%s", base, child)
+        return total
 
     def queue_depth(
         self, vhost: str, namespace: NamespaceName, name: str, with_bytes: bool
     ) -> tuple[QueueDepth, dict[str, tuple[naming.TopicName, int]]]:
-        """A queue's ready messages (and, `with_bytes`, their stored size) from Pulsar's
-        subscription stats, with each binding subscription's topic and ready count (for
-        drop-head). Raises PulsarAdminError, BackendUnavailable, MetadataUnavailable."""
-        depth = QueueDepth()
+        """A queue's ready messages (and, `with_bytes`, their stored size), counted as in
+        `queue_counts`, with each binding subscription's topic and ready count as Pulsar
+        sees it (for drop-head). Raises PulsarAdminError, BackendUnavailable,
+        MetadataUnavailable."""
+        waiting = 0
+        stored = 0
+        backlog = 0
         by_subscription: dict[str, tuple[naming.TopicName, int]] = {}
         for binding_set, _ in self.binding_sets(vhost, name):
             topic = naming.TopicName(namespace, binding_set.topic)
             stats = self.admin.subscription_stats(topic, with_bytes).get(binding_set.subscription)
             if stats is not None:
-                depth = depth.plus(stats.ready, stats.ready_bytes)
+                waiting += max(0, stats.backlog - stats.delayed)
+                stored += stats.backlog_bytes
+                backlog += stats.backlog
                 by_subscription[binding_set.subscription] = (topic, stats.ready)
-        return depth, by_subscription
+        ready = max(0, waiting - self.held_messages(vhost, name)) if waiting else 0
+        size = stored * ready // backlog if backlog > 0 else 0
+        return QueueDepth(ready, size), by_subscription
 
     def delete_queue(
         self,

@@ -474,3 +474,40 @@ def test_messages_of_a_wait_queue_expire_after_the_cleaner_lead_moved(
         assert channel.queue_declare(wait_queue, passive=True).method.message_count == 0
         channel.queue_delete(wait_queue)
         channel.queue_delete(work_queue)
+
+
+def test_unacked_counts_are_published_per_proxy_and_their_folder_goes_with_the_queue(
+    start: Callable[[], ProxyThread], zookeeper: ZooKeeperClient, paths: Paths
+) -> None:
+    proxy = start()
+    queue = unique("held")
+    folder = paths.held("/", queue)
+    with connect(proxy) as conn:
+        channel = conn.channel()
+        channel.confirm_delivery()
+        channel.queue_declare(queue)
+        for i in range(3):
+            channel.basic_publish("", queue, f"m{i}".encode())
+        holder = conn.channel()
+        tags = []
+        for _ in range(2):
+            method, _, _ = holder.basic_get(queue)
+            while method is None:
+                method, _, _ = holder.basic_get(queue)
+            tags.append(method.delivery_tag)
+
+        def written() -> list[bytes]:
+            return [
+                found[0]
+                for child in zookeeper.children(folder)
+                if (found := zookeeper.get(f"{folder}/{child}")) is not None
+            ]
+
+        assert eventually(lambda: written() == [b"2"], 5)
+        holder.basic_ack(tags[0])
+        assert eventually(lambda: written() == [b"1"], 5)
+        assert channel.queue_declare(queue, passive=True).method.message_count == 1
+        holder.basic_ack(tags[1])
+        assert eventually(lambda: written() == [], 5)
+        channel.queue_delete(queue)
+    assert eventually(lambda: zookeeper.get(folder) is None)

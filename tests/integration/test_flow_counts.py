@@ -12,7 +12,7 @@ import pytest
 from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, ProxyFactory
 from tests.support import amqp_fixtures
 from tests.support.amqp_fixtures import Created, confirming_channel, get_one, raw_channel
 
@@ -92,12 +92,8 @@ def test_message_count_counts_ready_messages_not_unacked_ones(
     holder = connect().channel()
     for expected in (b"m0", b"m1"):
         assert get_one(holder, queue)[2] == expected
-    if broker.is_rabbitmq:
-        assert wait_for_counts(channel, queue, (3, 0)) == (3, 0)
-    else:
-        # One further message may sit in the outstanding gets' receiver queue, counted as
-        # unacked (docs/compatibility.md, "Counts").
-        assert wait_for_counts(channel, queue, (3, 0)) in ((3, 0), (2, 0))
+    # Exact on the proxy too: a message read ahead by a getter is still ready.
+    assert wait_for_counts(channel, queue, (3, 0)) == (3, 0)
     holder.close()  # the two unacked are requeued
     assert wait_for_counts(channel, queue, (5, 0)) == (5, 0)
 
@@ -119,14 +115,8 @@ def test_message_count_with_a_prefetch_limited_consumer(
         consumer.process_data_events(time_limit=0.02)
     consumer.process_data_events(time_limit=0.3)
     assert received == [b"m0", b"m1", b"m2", b"m3"]
-    if broker.is_rabbitmq:
-        assert wait_for_counts(channel, queue, (6, 1)) == (6, 1)
-        return
-    # The proxy: messages Pulsar already pushed to the consumer's receiver queue (at most
-    # twice the prefetch) count as unacked, not ready (docs/compatibility.md, "Counts").
-    ready, consumers = wait_for_counts(channel, queue, (6, 1))
-    assert consumers == 1
-    assert 6 - 2 * 4 <= ready <= 6
+    # Exact on the proxy too: what Pulsar pushed to the proxy past the prefetch is ready.
+    assert wait_for_counts(channel, queue, (6, 1)) == (6, 1)
 
 
 # --- consumer_count -----------------------------------------------------------------
@@ -223,3 +213,29 @@ def test_purge_ok_then_declare_ok_counts(connection: BlockingConnection, created
     assert counts(channel, queue) == (0, 0)
     publish(channel, queue, 2)
     assert wait_for_counts(channel, queue, (2, 0)) == (2, 0)
+
+
+@pytest.mark.usefixtures("proxy_only")
+def test_message_count_on_one_proxy_leaves_out_what_a_consumer_on_another_holds(
+    start_proxy: ProxyFactory, created: Created
+) -> None:
+    """A prefetch-10 consumer on one proxy holds 10 of 30 messages: any proxy counts 20."""
+    counting, consuming = start_proxy(), start_proxy()
+    channel = confirming_channel(pika.BlockingConnection(pika.URLParameters(counting.amqp_url())))
+    queue = created.queue()
+    channel.queue_declare(queue)
+    publish(channel, queue, 30)
+    consumer = pika.BlockingConnection(pika.URLParameters(consuming.amqp_url()))
+    consumer_channel = consumer.channel()
+    consumer_channel.basic_qos(prefetch_count=10)
+    received: list[bytes] = []
+    consumer_channel.basic_consume(queue, lambda _c, _m, _p, body: received.append(body))
+    deadline = time.monotonic() + 10
+    while len(received) < 10 and time.monotonic() < deadline:
+        consumer.process_data_events(time_limit=0.02)
+    consumer.process_data_events(time_limit=0.3)
+    assert len(received) == 10
+    assert wait_for_counts(channel, queue, (20, 1)) == (20, 1)
+    consumer.close()  # its ten go back
+    assert wait_for_counts(channel, queue, (30, 0)) == (30, 0)
+    channel.queue_delete(queue)

@@ -77,12 +77,19 @@ class Source:
         return self.name
 
 
+class QueueRecord:
+    """Stands for the queue record a delivery keeps (the core reads its name)."""
+
+    name = "q"
+
+
+QUEUE = QueueRecord()
+
+
 def vet(consumer: Consumer, source: Source) -> Deliverable | None:
     if source.drop:
         return None
-    return Deliverable(
-        "ex", "rk", b"\x00\x00", source.name.encode(), source.redelivered, "q-record"
-    )
+    return Deliverable("ex", "rk", b"\x00\x00", source.name.encode(), source.redelivered, QUEUE)
 
 
 class Clock:
@@ -407,7 +414,7 @@ def test_nack_with_requeue_requeues_and_without_rejects() -> None:
     [requeue] = ch.take_commands()
     assert isinstance(requeue, RequeueMessages)
     assert [str(d.source) for d in requeue.deliveries] == ["m1", "m2"]
-    assert requeue.deliveries[0] == Unacked(requeue.deliveries[0].source, consumer, "q-record")
+    assert requeue.deliveries[0] == Unacked(requeue.deliveries[0].source, consumer, QUEUE)
     ch.reject(3, False)
     [reject] = ch.take_commands()
     assert isinstance(reject, RejectMessages)
@@ -586,3 +593,50 @@ def test_commands_are_taken_once() -> None:
     ch.ack(1, False)
     assert len(ch.take_commands()) == 1
     assert ch.take_commands() == []
+
+
+# ---- unacked deliveries by queue (the exact counts) ----------------------------------------
+
+
+def test_held_counts_follow_deliveries_acks_and_requeues() -> None:
+    held: dict[str, int] = {}
+    wire = Wire()
+    ch = Channel(7, wire, vet, frame_max=4096, clock=Clock(), held=held)
+    delivered(ch, wire, "m1", "m2", "m3", "m4")
+    assert held == {"q": 4}
+    ch.ack(1, False)
+    assert held == {"q": 3}
+    ch.nack(3, True, True)  # m2 and m3 go back to the queue: ready again
+    assert held == {"q": 1}
+    ch.recover(True)
+    assert held == {}
+
+
+def test_held_counts_include_gets_and_end_with_the_channel() -> None:
+    held: dict[str, int] = {"q": 5}  # another channel of the vhost holds five
+    wire = Wire()
+    ch = Channel(7, wire, vet, frame_max=4096, clock=Clock(), held=held)
+    delivered(ch, wire, "m1")
+    deliverable = vet(None, Source("g1"))  # type: ignore[arg-type]
+    assert deliverable is not None
+    ch.deliver_get(Source("g1"), deliverable, False, 0)
+    ch.deliver_get(Source("g2"), deliverable, True, 0)  # no-ack: never held
+    assert held == {"q": 7}
+    ch.close()
+    assert held == {"q": 5}
+
+
+def test_no_ack_deliveries_and_transactions_count_at_commit() -> None:
+    held: dict[str, int] = {}
+    wire = Wire()
+    ch = Channel(7, wire, vet, frame_max=4096, clock=Clock(), held=held)
+    consumer = started(ch, "auto", no_ack=True)
+    ch.messages_arrived(consumer, sources("a1", "a2"))
+    assert held == {}
+    delivered(ch, wire, "m1")
+    ch.tx_select()
+    ch.ack(3, False)
+    assert held == {"q": 1}  # acked only when the transaction commits
+    _, settlements = ch.tx_commit()
+    ch.tx_committed(settlements, 0, 0)
+    assert held == {}

@@ -1,0 +1,109 @@
+"""Deliveries unacked in this proxy, by queue, published to ZooKeeper for exact counts.
+
+RabbitMQ's `message_count` counts the ready messages of a queue: those not delivered to a
+consumer and waiting for an ack. Pulsar's subscription stats count as unacked everything it
+dispatched to a Pulsar consumer, which includes what the proxy read ahead and has not
+delivered (its receiver queues, a consumer's messages past its prefetch). So the counts
+subtract, instead of Pulsar's unacked, the AMQP deliveries still unacked, which only the
+proxies know: each channel's core keeps them by queue (`Channel.held`), and this task
+writes, at most every `FLUSH_INTERVAL`, one ephemeral znode per queue and proxy with this
+proxy's number (`<root>/v1/held/<vhost>/<queue>/<proxy id>`, outside the topology cache).
+A count reads this proxy's numbers directly and the other proxies' from ZooKeeper
+(TopologyService.held_messages); a proxy that dies takes its znodes with it, as Pulsar
+hands its deliveries back to the queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import trio
+
+from starlight_py.metadata.ephemeral import EphemeralNodes
+from starlight_py.metadata.records import Paths
+from starlight_py.metadata.zookeeper import (
+    MetadataUnavailable,
+    NodeAlreadyExists,
+    NodeMissing,
+    ZooKeeperClient,
+)
+
+log = logging.getLogger("starlight.counts")
+
+FLUSH_INTERVAL = 0.1  # s: the longest a count on another proxy lags behind a delivery
+
+
+class HeldMessages:
+    """This process's unacked deliveries by vhost and queue."""
+
+    def __init__(
+        self, zookeeper: ZooKeeperClient, paths: Paths, ephemerals: EphemeralNodes | None
+    ) -> None:
+        self.zk = zookeeper
+        self.paths = paths
+        self.ephemerals = ephemerals
+        self.proxy_id = ephemerals.owner_id if ephemerals is not None else ""
+        self._by_vhost: dict[str, dict[str, int]] = {}
+        self._written: dict[tuple[str, str], int] = {}
+
+    def of(self, vhost: str) -> dict[str, int]:
+        """The (live, shared) counts of a vhost's queues, for its channels' cores."""
+        return self._by_vhost.setdefault(vhost, {})
+
+    def local(self, vhost: str, queue: str) -> int:
+        """This process's unacked deliveries of the queue (any thread)."""
+        counts = self._by_vhost.get(vhost)
+        return 0 if counts is None else counts.get(queue, 0)
+
+    def changes(self) -> dict[tuple[str, str], int]:
+        """What differs from ZooKeeper: the number to write (0: delete the znode)."""
+        changed: dict[tuple[str, str], int] = {}
+        for vhost, counts in list(self._by_vhost.items()):
+            for queue, count in list(counts.items()):
+                if self._written.get((vhost, queue), 0) != count:
+                    changed[(vhost, queue)] = count
+        for key in self._written:
+            if key not in changed and self.local(*key) == 0:
+                changed[key] = 0
+        return changed
+
+    async def publish_forever(self) -> None:
+        """Write the changes every FLUSH_INTERVAL; a ZooKeeper outage only delays them."""
+        while True:
+            await trio.sleep(FLUSH_INTERVAL)
+            changed = self.changes()
+            if not changed:
+                continue
+            try:
+                await trio.to_thread.run_sync(self.write, changed)
+            except MetadataUnavailable as e:
+                log.debug("unacked counts not written yet: %s", e)
+
+    def write(self, changed: dict[tuple[str, str], int]) -> None:
+        """Blocking. Raises MetadataUnavailable (what was written stays recorded)."""
+        for (vhost, queue), count in changed.items():
+            path = self.paths.held_by(vhost, queue, self.proxy_id)
+            if count:
+                self._set(path, str(count).encode())
+                self._written[(vhost, queue)] = count
+            else:
+                with contextlib.suppress(NodeMissing):
+                    self.zk.delete(path)
+                if self.ephemerals is not None:
+                    self.ephemerals.forget(path)
+                self._written.pop((vhost, queue), None)
+
+    def _set(self, path: str, data: bytes) -> None:
+        try:
+            self.zk.set(path, data)
+        except NodeMissing:
+            try:
+                self.zk.create(path, data, ephemeral=True)
+            except NodeMissing:
+                self.zk.ensure_path(path.rsplit("/", 1)[0])
+                self.zk.create(path, data, ephemeral=True)
+            except NodeAlreadyExists:
+                self.zk.set(path, data)
+        if self.ephemerals is not None:
+            self.ephemerals.remember(path, data)
