@@ -160,13 +160,17 @@ class ProducerHandle:
         properties: dict[str, str],
         done: SendCallback,
         deliver_after_ms: int = 0,
+        stored: Callable[[MessageIdRecord, Any], None] | None = None,
     ) -> None:
         """Queue a message with a callback of its own (`done(ok, error)` on a pulsar
-        thread); for large messages, delayed ones and dead letters. Report the outcome to
-        `tracked_done` on the trio thread."""
+        thread); for large messages, delayed ones, dead letters and messages to pre-ack.
+        `stored(position, message_id)` is called first, on the same thread, when Pulsar
+        stored it. Report the outcome to `tracked_done` on the trio thread."""
 
-        def callback(result: Any, _message_id: Any) -> None:
+        def callback(result: Any, message_id: Any) -> None:
             ok = result == _OK
+            if ok and stored is not None:
+                stored(_position(message_id), message_id)
             done(ok, "" if ok else str(result))
 
         builder = _pulsar.MessageBuilder()
@@ -214,6 +218,27 @@ class ProducerHandle:
             self._producer.close()
         except pulsar.PulsarException as e:
             log.debug("closing producer: %s", e)
+
+
+class AckOnlyConsumer:
+    """A consumer that acknowledges messages it never received (PulsarBackend.ack_only_consumer)."""
+
+    def __init__(self, wrapper: Any) -> None:
+        self._wrapper = wrapper
+        self._consumer = wrapper._consumer
+        self.last_used = 0.0  # trio clock
+
+    def acknowledge_id(self, message_id: Any) -> None:
+        try:
+            self._consumer.acknowledge(message_id)
+        except pulsar.PulsarException as e:
+            log.debug("acknowledge failed: %s", e)
+
+    def close(self) -> None:
+        try:
+            self._wrapper.close()
+        except pulsar.PulsarException as e:
+            log.debug("closing a consumer: %s", e)
 
 
 class ConsumerHandle:
@@ -491,6 +516,28 @@ class PulsarBackend:
         if listener is not None:
             handle.start_reading(listener)
         return handle
+
+    def ack_only_consumer(
+        self, topic: TopicName, subscription: str, consumer_name: str
+    ) -> AckOnlyConsumer:
+        """Blocking: a Shared consumer that is never given a message (no receiver queue:
+        pulsar-client asks the broker for messages only in receive(), never called) and
+        acknowledges messages by id. Raises BackendUnavailable or BackendError."""
+        try:
+            wrapper = self._client.subscribe(
+                str(topic),
+                subscription,
+                consumer_type=pulsar.ConsumerType.Shared,
+                receiver_queue_size=0,
+                consumer_name=consumer_name,
+                initial_position=pulsar.InitialPosition.Latest,
+                batch_index_ack_enabled=self.batching,
+            )
+        except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:
+            raise self._unusable(f"cannot consume from {topic}", e) from e
+        except pulsar.PulsarException as e:
+            raise BackendError(f"cannot consume from {topic}: {e}") from e
+        return AckOnlyConsumer(wrapper)
 
     def drain_subscription(self, topic: TopicName, subscription: str, consumer_name: str) -> int:
         """Blocking: acknowledge every message the broker will hand out on `subscription`

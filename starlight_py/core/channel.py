@@ -61,6 +61,7 @@ from starlight_py.core.commands import (
 )
 from starlight_py.core.confirms import Confirms
 from starlight_py.core.consumer import Consumer, Deliverable, Vet
+from starlight_py.core.held import HeldCounts
 
 # A consumer without prefetch reads this many messages ahead at most.
 UNLIMITED_READ_AHEAD = 1000
@@ -135,12 +136,12 @@ class Channel:
         clock: Callable[[], float],
         tally: Tally | None = None,
         budget: TransactionBudget | None = None,
-        held: dict[str, int] | None = None,
+        held: HeldCounts | None = None,
     ) -> None:
-        """`held`: by queue name, the deliveries unacked in this process (shared by every
-        channel of the vhost here); the exact message counts subtract them."""
+        """`held`: the deliveries unacked in this process by queue (shared by every channel
+        of the vhost here); the exact message counts subtract them."""
         self.number = number
-        self.held: dict[str, int] = {} if held is None else held
+        self.held = HeldCounts() if held is None else held
         self.sink = sink
         self.vet = vet
         self.frame_max = frame_max
@@ -316,7 +317,7 @@ class Channel:
             tally = self.tally
             number = self.number
             frame_max = self.frame_max
-            held = self.held
+            held = self.held.counts
             while pending and self._has_credit(consumer):
                 if banded and self._wait_for_higher_band(consumer):
                     break
@@ -412,7 +413,7 @@ class Channel:
         if self.transaction is not None:
             self.transaction.add_settlement(self.unacked, tag, multiple, None, BASIC_ACK)
             return
-        taken = self._take(tag, multiple, BASIC_ACK)
+        taken = self._take(tag, multiple, BASIC_ACK, settled=True)
         if taken:
             self._commands.append(AckMessages([item.source for item in taken]))
         self._after_settle()
@@ -429,7 +430,7 @@ class Channel:
         if self.transaction is not None:
             self.transaction.add_settlement(self.unacked, tag, multiple, requeue, method)
             return
-        self._reject_now(self._take(tag, multiple, method), requeue)
+        self._reject_now(self._take(tag, multiple, method, settled=not requeue), requeue)
         self._after_settle()
 
     def _reject_now(self, taken: list[Unacked], requeue: bool) -> None:
@@ -447,13 +448,15 @@ class Channel:
         taken = [self.unacked[t] for t in self.unacked if t not in settled]
         for tag in [t for t in self.unacked if t not in settled]:
             del self.unacked[tag]
-        self._released(taken)
+        self._released(taken, settled=False)
         self._reject_now(taken, True)
         if method == BASIC_RECOVER:
             self._reply(amqp.Basic.RecoverOk())
         self._after_settle()
 
-    def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
+    def _take(
+        self, tag: int, multiple: bool, method: tuple[int, int], settled: bool
+    ) -> list[Unacked]:
         unacked = self.unacked
         if multiple:
             tags: list[int] = []
@@ -468,11 +471,13 @@ class Channel:
                 raise PreconditionFailed(f"unknown delivery tag {tag}", method)
             tags = [tag]
         taken = [unacked.pop(t) for t in tags]
-        self._released(taken)
+        self._released(taken, settled)
         return taken
 
-    def _released(self, taken: list[Unacked]) -> None:
-        self._unhold(taken)
+    def _released(self, taken: list[Unacked], settled: bool) -> None:
+        """`settled`: acknowledged or rejected (Pulsar will acknowledge them); else
+        requeued."""
+        self._unhold(taken, settled)
         for item in taken:
             consumer = item.consumer
             if consumer is not None:
@@ -480,17 +485,15 @@ class Channel:
                 if consumer.cancelled and consumer.unacked == 0:
                     self._commands.append(ConsumerSettled(consumer))
 
-    def _unhold(self, taken: list[Unacked]) -> None:
-        held = self.held
+    def _unhold(self, taken: list[Unacked], settled: bool) -> None:
+        by_queue: dict[str, int] = {}
         for item in taken:
             queue = item.queue
-            if queue is None:
-                continue
-            left = held.get(queue.name, 0) - 1
-            if left > 0:
-                held[queue.name] = left
-            else:
-                held.pop(queue.name, None)
+            if queue is not None:
+                by_queue[queue.name] = by_queue.get(queue.name, 0) + 1
+        at = self.clock() if settled else None
+        for name, count in by_queue.items():
+            self.held.release(name, count, at)
 
     def _after_settle(self) -> None:
         for consumer in list(self.consumers.values()):
@@ -531,7 +534,8 @@ class Channel:
             queue = deliverable.queue
             self.unacked[tag] = Unacked(source, None, queue)
             if queue is not None:
-                self.held[queue.name] = self.held.get(queue.name, 0) + 1
+                counts = self.held.counts
+                counts[queue.name] = counts.get(queue.name, 0) + 1
         body = deliverable.body
         self.tally.delivered += 1
         self.tally.delivered_bytes += len(body)
@@ -601,7 +605,7 @@ class Channel:
             # A tag settled otherwise meanwhile (nothing else does) is skipped: the rest of
             # the commit still counts.
             taken = [self.unacked.pop(t) for t in settlement.tags if t in self.unacked]
-            self._released(taken)
+            self._released(taken, settled=not settlement.requeue)
             if settlement.requeue is None:
                 if taken:
                     self._commands.append(AckMessages([item.source for item in taken]))
@@ -625,7 +629,7 @@ class Channel:
         self.closed = True
         unacked = list(self.unacked.values())
         self.unacked.clear()
-        self._unhold(unacked)
+        self._unhold(unacked, settled=False)
         consumers = list(self.consumers.values())
         self.consumers.clear()
         pending: list[Any] = []

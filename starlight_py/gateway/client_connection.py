@@ -462,6 +462,7 @@ class ClientConnection:
                 dead_letters,
             ),
             services.reaper.hint if services.reaper is not None else None,
+            services.pre_acks,
         )
         return MessageFlow(ctx, publisher, consumers, dead_letters, services.metrics, self._tally)
 

@@ -46,6 +46,12 @@ from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
 from starlight_py.gateway.requeued import RequeuedPositions
+from starlight_py.gateway.single_active import (
+    is_single_active,
+    join_line,
+    leave_line,
+    wait_for_turn,
+)
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
@@ -75,6 +81,10 @@ class ConsumerLink:
     known_sets: dict[str, BindingSet] = field(default_factory=dict)  # by topic
     batcher: Batcher[tuple[ConsumerHandle, list[ReceivedMessage]]] | None = None
     registered: bool = False  # in ZooKeeper's consumers of the queue
+    # x-single-active-consumer: its place in the queue's line, and whether it waits for
+    # its turn (it reads nothing until it is first).
+    place: str | None = None
+    waiting: bool = False
 
     @property
     def registry_name(self) -> str:
@@ -161,8 +171,12 @@ class Consumers:
                 f"{self.prefix}/{link.registry_name}",
             )
             link.registered = True
-            for binding_set in sets:
-                await self._subscribe(link, binding_set, backlogs.get(binding_set.subscription, 0))
+            if is_single_active(record):
+                await join_line(self, link)
+            if not link.waiting:
+                for binding_set in sets:
+                    backlog = backlogs.get(binding_set.subscription, 0)
+                    await self.subscribe(link, binding_set, backlog)
         except BaseException:
             channel.remove_consumer(link.core)
             self.execute(session, channel.take_commands())
@@ -173,6 +187,8 @@ class Consumers:
         channel.start_consumer(link.core, nowait)
         self.execute(session, channel.take_commands())
         self.kick()
+        if link.waiting:
+            self.spawn(wait_for_turn, self, link)
 
     async def _check_exclusive_use(
         self, queue: str, sets: list[BindingSet], exclusive: bool
@@ -194,7 +210,7 @@ class Consumers:
             )
         return backlogs
 
-    async def _subscribe(
+    async def subscribe(
         self, link: ConsumerLink, binding_set: BindingSet, backlog: int = 0
     ) -> None:
         if binding_set.subscription in link.handles or link.core is None:
@@ -235,10 +251,12 @@ class Consumers:
                 if still is None:
                     await self._server_cancel(link)
                 continue
+            if link.waiting:
+                continue  # not its turn: it subscribes when it comes
             current = self.cache.binding_sets_of_queue(self.ctx.vhost, link.queue)
             for binding_set in current:
                 if binding_set.subscription not in link.handles:
-                    await self._subscribe(link, binding_set)
+                    await self.subscribe(link, binding_set)
             await self._let_go_of_retired(link, current)
         self.kick()
 
@@ -295,7 +313,9 @@ class Consumers:
         if not link.registered or link.record is None:
             return
         link.registered = False
+        link.waiting = False
         record = link.record
+        await leave_line(self, link)
         if not auto_delete:
             record = replace(record, auto_delete=False)
         try:

@@ -13,6 +13,7 @@ from starlight_py.core.consumer import Deliverable
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
+from starlight_py.model.counts import ready_messages
 from starlight_py.model.priorities import PRIORITY_BAND_TYPE
 from starlight_py.model.queue_limits import MAX_LENGTH
 from starlight_py.model.topology import Queue
@@ -100,10 +101,16 @@ class Getters:
                 waiting += max(0, found_stats.backlog - found_stats.delayed)
         # get-ok's message_count: the ready messages as RabbitMQ counts them, read ahead by
         # a proxy or not (TopologyService.queue_counts).
+        topology = self.consumers.topology
         held = await trio.to_thread.run_sync(
-            self.consumers.topology.held_messages, self.consumers.ctx.vhost, queue
+            topology.held_messages, self.consumers.ctx.vhost, queue
         )
-        total_ready = max(0, waiting - held)
+        total_ready = ready_messages(
+            waiting,
+            sum(ready.values()),
+            held,
+            topology.local_settling(self.consumers.ctx.vhost, queue),
+        )
         for binding_set in sets:
             getter = session.getters.get(binding_set.subscription)
             # A message our getter read ahead is ready until it is delivered.

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import trio
 
+from starlight_py.core.held import HeldCounts
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.records import Paths
 from starlight_py.metadata.zookeeper import (
@@ -32,6 +34,9 @@ from starlight_py.metadata.zookeeper import (
 log = logging.getLogger("starlight.counts")
 
 FLUSH_INTERVAL = 0.1  # s: the longest a count on another proxy lags behind a delivery
+# s: how long a settled delivery may still count in Pulsar (pulsar-client sends grouped
+# acknowledgements every 100 ms)
+SETTLING = 0.3
 
 
 class HeldMessages:
@@ -44,23 +49,33 @@ class HeldMessages:
         self.paths = paths
         self.ephemerals = ephemerals
         self.proxy_id = ephemerals.owner_id if ephemerals is not None else ""
-        self._by_vhost: dict[str, dict[str, int]] = {}
+        self._by_vhost: dict[str, HeldCounts] = {}
         self._written: dict[tuple[str, str], int] = {}
 
-    def of(self, vhost: str) -> dict[str, int]:
+    def of(self, vhost: str) -> HeldCounts:
         """The (live, shared) counts of a vhost's queues, for its channels' cores."""
-        return self._by_vhost.setdefault(vhost, {})
+        found = self._by_vhost.get(vhost)
+        if found is None:
+            found = self._by_vhost[vhost] = HeldCounts()
+        return found
 
     def local(self, vhost: str, queue: str) -> int:
         """This process's unacked deliveries of the queue (any thread)."""
-        counts = self._by_vhost.get(vhost)
-        return 0 if counts is None else counts.get(queue, 0)
+        held = self._by_vhost.get(vhost)
+        return 0 if held is None else held.counts.get(queue, 0)
+
+    def settling(self, vhost: str, queue: str) -> int:
+        """Deliveries of the queue this process settled within SETTLING (any thread)."""
+        held = self._by_vhost.get(vhost)
+        if held is None:
+            return 0
+        return held.settled_since(queue, time.monotonic() - SETTLING)
 
     def changes(self) -> dict[tuple[str, str], int]:
         """What differs from ZooKeeper: the number to write (0: delete the znode)."""
         changed: dict[tuple[str, str], int] = {}
-        for vhost, counts in list(self._by_vhost.items()):
-            for queue, count in list(counts.items()):
+        for vhost, held in list(self._by_vhost.items()):
+            for queue, count in list(held.counts.items()):
                 if self._written.get((vhost, queue), 0) != count:
                     changed[(vhost, queue)] = count
         for key in self._written:
@@ -72,6 +87,9 @@ class HeldMessages:
         """Write the changes every FLUSH_INTERVAL; a ZooKeeper outage only delays them."""
         while True:
             await trio.sleep(FLUSH_INTERVAL)
+            forget = time.monotonic() - SETTLING
+            for held in self._by_vhost.values():
+                held.forget_settled(forget)
             changed = self.changes()
             if not changed:
                 continue

@@ -43,6 +43,7 @@ from starlight_py.backend.pulsar_client import (
 )
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.message_copies import message_copies
+from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.route_plans import MAX_PLANS, RoutePlan
 from starlight_py.gateway.topology_methods import VhostContext
@@ -112,6 +113,8 @@ class _Plan:
     copies: list[tuple[naming.TopicName, dict[str, str]]]
     delay_ms: int
     refused: bool
+    topic: naming.TopicName | None = None  # the exchange's topic, of the copy to pre-ack
+    pre_ack: StoredCallback | None = None
 
 
 # (producer, untracked sends covered, their outcomes, ok, error, when the first was sent)
@@ -133,11 +136,13 @@ class Publisher:
         metrics: ProxyMetrics | None = None,
         lengths: LengthChecks | None = None,
         expiring: Callable[[str, str, int], None] | None = None,
+        pre_acks: PreAcks | None = None,
     ) -> None:
         """`expiring(vhost, queue, at_ms)`: told of each queue a message with an
         `expiration` is routed to (the expiry reaper looks at the queue then)."""
         self.lengths = lengths
         self.expiring = expiring
+        self.pre_acks = pre_acks
         self.conn = conn
         self.ctx = ctx
         self.cache = cache
@@ -190,7 +195,7 @@ class Publisher:
         self._count += 1
         self._bytes += len(body)
         delay_ms = message_delay_ms(properties.headers) if plan.delays else 0
-        self._send(producer, body, pulsar_properties, outcome, delay_ms)
+        self._send(producer, body, pulsar_properties, outcome, delay_ms, plan.pre_ack)
         return True
 
     def _publish_unplanned(
@@ -264,21 +269,37 @@ class Publisher:
                 return False
             producers.append(producer)
         delays = any(x.delays_messages for x in path)
+        pre_ack = None if banded else self._pre_ack(target_exchange, routing_key, headers, topic)
         if not banded and len(copies) == 1 and all(x.routing_type != "headers" for x in path):
             # Nothing of this route depends on the message itself: keep it, until the
             # topology changes or the producer closes.
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
             self._plans[(name, routing_key)] = RoutePlan(
-                version, producers[0], exchange, delays, name, routing_key
+                version, producers[0], exchange, delays, name, routing_key, pre_ack
             )
         outcome = PublishOutcome(target, target.reserve_publish(), len(copies), False)
         self._count += 1
         self._bytes += len(body)
         delay_ms = message_delay_ms(headers) if delays else 0
-        for producer, (_, copy_properties) in zip(producers, copies, strict=True):
-            self._send(producer, body, copy_properties, outcome, delay_ms)
+        for producer, (copy_topic, copy_properties) in zip(producers, copies, strict=True):
+            stored = pre_ack if copy_topic == topic else None
+            self._send(producer, body, copy_properties, outcome, delay_ms, stored)
         return True
+
+    def _pre_ack(
+        self,
+        exchange: Exchange,
+        routing_key: str,
+        headers: dict[str, Any] | None,
+        topic: naming.TopicName,
+    ) -> StoredCallback | None:
+        """The `stored` callback of a message some subscription on `topic` does not route
+        (gateway/pre_acks.py); None when every one routes it."""
+        pre_acks = self.pre_acks
+        if pre_acks is None or not pre_acks.wanted(self.ctx.vhost, exchange, routing_key, headers):
+            return None
+        return pre_acks.stored_callback(self.ctx.vhost, exchange.name, routing_key, headers, topic)
 
     def _check_message(self, exchange: Exchange, properties: commands.Basic.Properties) -> None:
         """Raises AccessRefused (internal exchange), PreconditionFailed (user_id of someone
@@ -322,14 +343,17 @@ class Publisher:
         pulsar_properties: dict[str, str],
         outcome: PublishOutcome,
         delay_ms: int,
+        stored: StoredCallback | None = None,
     ) -> None:
-        if delay_ms > 0 or len(body) >= TRACKED_SIZE:
-            # Not batched (delayed), or maybe too large for Pulsar: an outcome of its own.
+        if delay_ms > 0 or len(body) >= TRACKED_SIZE or stored is not None:
+            # Not batched (delayed), maybe too large for Pulsar, or its id is needed for
+            # pre-acks: an outcome of its own.
             producer.send_tracked(
                 body,
                 pulsar_properties,
                 lambda ok, error: self._tracked.put((producer, outcome, ok, error)),
                 delay_ms,
+                stored,
             )
             return
         producer.send(body, pulsar_properties)
@@ -438,7 +462,8 @@ class Publisher:
         for copy_topic, copy_properties in plan.copies:
             producer = await self.producers.get(copy_topic)
             await self._wait_for_room(producer)
-            self._send(producer, body, copy_properties, outcome, plan.delay_ms)
+            stored = plan.pre_ack if copy_topic == plan.topic else None
+            self._send(producer, body, copy_properties, outcome, plan.delay_ms, stored)
 
     async def _plan(
         self,
@@ -503,7 +528,9 @@ class Publisher:
             properties.priority,
         )
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
-        return _Plan(copies, delay_ms, bool(refusing))
+        banded = bool(routed & priorities.keys())
+        pre_ack = None if banded else self._pre_ack(target, routing_key, headers, topic)
+        return _Plan(copies, delay_ms, bool(refusing), topic, pre_ack)
 
     async def _with_fresh_priority(self, queue: str, priorities: dict[str, int]) -> dict[str, int]:
         found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)

@@ -7,6 +7,7 @@ from pamqp import commands
 
 from starlight_py.backend.message_codec import encode_properties
 from starlight_py.backend.pulsar_client import ProducerHandle
+from starlight_py.gateway.pre_acks import StoredCallback
 from starlight_py.model.topology import Exchange
 
 # Routes kept per connection, by (exchange, routing key).
@@ -24,6 +25,7 @@ class RoutePlan:
         "exchange",
         "exchange_name",
         "internal",
+        "pre_ack",
         "producer",
         "properties",
         "routing_key",
@@ -38,8 +40,12 @@ class RoutePlan:
         delays: bool,
         exchange_name: str,
         routing_key: str,
+        pre_ack: StoredCallback | None = None,
     ) -> None:
         self.version = version
+        # Where the ids of stored messages go when some subscription on the topic does
+        # not route them (gateway/pre_acks.py); None: every one does.
+        self.pre_ack = pre_ack
         self.producer = producer
         self.exchange = exchange
         self.internal = exchange.internal

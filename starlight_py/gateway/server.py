@@ -29,6 +29,7 @@ from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
 from starlight_py.gateway.held_messages import HeldMessages
+from starlight_py.gateway.pre_acks import PreAcks
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.proxy_protocol import read_proxy_header
 from starlight_py.gateway.queue_lengths import QueueLengths
@@ -103,6 +104,7 @@ class ProxyServices:
     lengths: QueueLengths | None = None  # x-max-length checks; made from topology/producers
     reaper: ExpiryReaper | None = None  # expires messages of queues nobody reads
     held: HeldMessages | None = None  # unacked deliveries by queue, for exact counts
+    pre_acks: PreAcks | None = None  # drops messages from queues they were not routed to
 
     def __post_init__(self) -> None:
         if self.lengths is None:
@@ -110,6 +112,9 @@ class ProxyServices:
         if self.held is None:
             self.held = HeldMessages(self.zookeeper, self.topology.paths, self.ephemerals)
             self.topology.local_held = self.held.local
+            self.topology.local_settling = self.held.settling
+        if self.pre_acks is None:
+            self.pre_acks = PreAcks(self.cache, self.backend, self.proxy_id)
         if self.reaper is None:
             cleaner = self.cleaner
             self.reaper = ExpiryReaper(
@@ -537,8 +542,10 @@ async def _serve(
         assert services.ephemerals is not None
         nursery.start_soon(services.producers.close_idle_forever)
         assert services.reaper is not None and services.held is not None
+        assert services.pre_acks is not None
         nursery.start_soon(services.reaper.run)
         nursery.start_soon(services.held.publish_forever)
+        nursery.start_soon(services.pre_acks.run)
         nursery.start_soon(
             cluster_duties,
             services.zookeeper,

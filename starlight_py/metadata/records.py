@@ -105,6 +105,11 @@ class Paths:
     def queue_consumer(self, vhost: str, queue: str, consumer: str) -> str:
         return f"{self.queue_consumers(vhost, queue)}/{segment(consumer)}"
 
+    def queue_single_active(self, vhost: str, queue: str) -> str:
+        """`x-single-active-consumer` queues: one ephemeral sequential znode per consumer,
+        in the order they came; the first is the active one."""
+        return f"{self.queue(vhost, queue)}/active"
+
     def queue_owner(self, vhost: str, queue: str) -> str:
         return f"{self.queue(vhost, queue)}/owner"
 

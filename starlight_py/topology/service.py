@@ -53,6 +53,7 @@ from starlight_py.metadata.zookeeper import (
     ZooKeeperClient,
 )
 from starlight_py.model import naming
+from starlight_py.model.counts import ready_messages
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.priorities import PRIORITY_BAND_TYPE, band_count, max_priority_of
 from starlight_py.model.queue_limits import QueueDepth
@@ -140,6 +141,8 @@ class TopologyService:
         # This process's own unacked deliveries of a queue (gateway/held_messages.py),
         # exact where ZooKeeper's copy may lag: set by the proxy, none in the admin tool.
         self.local_held: Callable[[str, str], int] | None = None
+        # ... and its deliveries settled a moment ago, which Pulsar may still count.
+        self.local_settling: Callable[[str, str], int] = lambda _vhost, _queue: 0
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -502,6 +505,7 @@ class TopologyService:
         sees it (for drop-head). Raises PulsarAdminError, BackendUnavailable,
         MetadataUnavailable."""
         waiting = 0
+        undispatched = 0
         stored = 0
         backlog = 0
         by_subscription: dict[str, tuple[naming.TopicName, int]] = {}
@@ -510,10 +514,18 @@ class TopologyService:
             stats = self.admin.subscription_stats(topic, with_bytes).get(binding_set.subscription)
             if stats is not None:
                 waiting += max(0, stats.backlog - stats.delayed)
+                undispatched += stats.ready
                 stored += stats.backlog_bytes
                 backlog += stats.backlog
                 by_subscription[binding_set.subscription] = (topic, stats.ready)
-        ready = max(0, waiting - self.held_messages(vhost, name)) if waiting else 0
+        ready = 0
+        if waiting:
+            ready = ready_messages(
+                waiting,
+                undispatched,
+                self.held_messages(vhost, name),
+                self.local_settling(vhost, name),
+            )
         size = stored * ready // backlog if backlog > 0 else 0
         return QueueDepth(ready, size), by_subscription
 
@@ -634,11 +646,11 @@ class TopologyService:
         for child in self.zk.children(base):
             if child == "bindings":
                 continue
-            if child == "consumers":
-                consumers = self.zk.children(f"{base}/consumers")
+            if child in ("consumers", "active"):
+                consumers = self.zk.children(f"{base}/{child}")
                 if consumers and not with_consumers:
                     return None
-                ops += [Delete(f"{base}/consumers/{c}") for c in consumers]
+                ops += [Delete(f"{base}/{child}/{c}") for c in consumers]
             ops.append(Delete(f"{base}/{child}"))
         return ops
 
@@ -669,6 +681,34 @@ class TopologyService:
                 self.zk.create(self.paths.queue_consumed(vhost, queue.name))
         if expires_after(queue) is not None:
             self.touch_queue(vhost, queue.name)
+
+    def stand_in_line(self, vhost: str, queue: str, consumer: str) -> str:
+        """A consumer of an `x-single-active-consumer` queue takes its place in the line
+        (after every consumer there, on any proxy); returns its place, for `first_in_line`
+        and `leave_line`. Raises NotFound when the queue is gone."""
+        base = self.paths.queue_single_active(vhost, queue)
+        data = consumer.encode()
+        try:
+            path = self.zk.create_sequential(f"{base}/c-", data)
+        except NodeMissing:
+            if self.get_queue(vhost, queue) is None:
+                raise NotFound(f"no queue '{queue}' in vhost '{vhost}'", (60, 20)) from None
+            with contextlib.suppress(NodeAlreadyExists):
+                self.zk.create(base)
+            path = self.zk.create_sequential(f"{base}/c-", data)
+        self.ephemerals.remember(path, data)
+        return path.rsplit("/", 1)[1]
+
+    def first_in_line(self, vhost: str, queue: str) -> str | None:
+        """The place of the queue's active consumer (the first in line), if any."""
+        line = sorted(self.zk.children(self.paths.queue_single_active(vhost, queue)))
+        return line[0] if line else None
+
+    def leave_line(self, vhost: str, queue: str, place: str) -> None:
+        path = f"{self.paths.queue_single_active(vhost, queue)}/{place}"
+        self.ephemerals.forget(path)
+        with contextlib.suppress(NodeMissing):
+            self.zk.delete(path)
 
     def unregister_consumer(
         self, vhost: str, namespace: NamespaceName, queue: Queue, consumer: str

@@ -239,3 +239,36 @@ def test_message_count_on_one_proxy_leaves_out_what_a_consumer_on_another_holds(
     consumer.close()  # its ten go back
     assert wait_for_counts(channel, queue, (30, 0)) == (30, 0)
     channel.queue_delete(queue)
+
+
+@pytest.mark.parametrize("kind", ["topic", "headers"])
+def test_queues_of_a_shared_exchange_count_only_what_was_routed_to_them(
+    connect: Callable[[], BlockingConnection], created: Created, kind: str
+) -> None:
+    """One topic carries every message of a topic or headers exchange; each queue counts
+    (and purges) only its own, as in RabbitMQ, and still gets all of them."""
+    channel = confirming_channel(connect())
+    exchange = created.exchange(kind)
+    channel.exchange_declare(exchange, kind)
+    queue_a, queue_b = created.queue("a"), created.queue("b")
+    for queue, key in ((queue_a, "a"), (queue_b, "b")):
+        channel.queue_declare(queue)
+        if kind == "topic":
+            channel.queue_bind(queue, exchange, f"{key}.*")
+        else:
+            channel.queue_bind(queue, exchange, "", {"x-match": "all", "to": key})
+
+    def send(key: str, body: bytes) -> None:
+        if kind == "topic":
+            channel.basic_publish(exchange, f"{key}.x", body)
+        else:
+            channel.basic_publish(exchange, "", body, pika.BasicProperties(headers={"to": key}))
+
+    for i in range(5):
+        send("a", f"a{i}".encode())
+    send("b", b"b0")
+    assert wait_for_counts(channel, queue_a, (5, 0)) == (5, 0)
+    assert wait_for_counts(channel, queue_b, (1, 0)) == (1, 0)
+    # Nothing of queue a was taken by the pre-acks of queue b.
+    assert sorted(amqp_fixtures.drain(channel, queue_a, 5)) == [f"a{i}".encode() for i in range(5)]
+    assert channel.queue_purge(queue_b).method.message_count == 1

@@ -31,6 +31,7 @@ from starlight_py.core.commands import (
     Unacked,
 )
 from starlight_py.core.consumer import Consumer, Deliverable
+from starlight_py.core.held import HeldCounts
 
 
 class Wire:
@@ -599,21 +600,28 @@ def test_commands_are_taken_once() -> None:
 
 
 def test_held_counts_follow_deliveries_acks_and_requeues() -> None:
-    held: dict[str, int] = {}
+    held = HeldCounts()
     wire = Wire()
-    ch = Channel(7, wire, vet, frame_max=4096, clock=Clock(), held=held)
+    clock = Clock()
+    ch = Channel(7, wire, vet, frame_max=4096, clock=clock, held=held)
     delivered(ch, wire, "m1", "m2", "m3", "m4")
-    assert held == {"q": 4}
+    assert held.counts == {"q": 4}
     ch.ack(1, False)
-    assert held == {"q": 3}
-    ch.nack(3, True, True)  # m2 and m3 go back to the queue: ready again
-    assert held == {"q": 1}
-    ch.recover(True)
-    assert held == {}
+    assert held.counts == {"q": 3}
+    assert list(held.settled) == [(clock.now, "q", 1)]  # Pulsar may still count it
+    ch.nack(3, True, True)  # m2 and m3 go back to the queue: ready again, not settled
+    assert held.counts == {"q": 1}
+    ch.reject(4, False)
+    assert held.counts == {}
+    assert held.settled_since("q", clock.now) == 2
+    assert held.settled_since("other", clock.now) == 0
+    held.forget_settled(clock.now + 1)
+    assert not held.settled
 
 
 def test_held_counts_include_gets_and_end_with_the_channel() -> None:
-    held: dict[str, int] = {"q": 5}  # another channel of the vhost holds five
+    held = HeldCounts()
+    held.counts["q"] = 5  # another channel of the vhost holds five
     wire = Wire()
     ch = Channel(7, wire, vet, frame_max=4096, clock=Clock(), held=held)
     delivered(ch, wire, "m1")
@@ -621,22 +629,24 @@ def test_held_counts_include_gets_and_end_with_the_channel() -> None:
     assert deliverable is not None
     ch.deliver_get(Source("g1"), deliverable, False, 0)
     ch.deliver_get(Source("g2"), deliverable, True, 0)  # no-ack: never held
-    assert held == {"q": 7}
-    ch.close()
-    assert held == {"q": 5}
+    assert held.counts == {"q": 7}
+    ch.close()  # requeued: not settled
+    assert held.counts == {"q": 5}
+    assert not held.settled
 
 
-def test_no_ack_deliveries_and_transactions_count_at_commit() -> None:
-    held: dict[str, int] = {}
+def test_no_ack_deliveries_are_never_held_and_transactions_settle_at_commit() -> None:
+    held = HeldCounts()
     wire = Wire()
     ch = Channel(7, wire, vet, frame_max=4096, clock=Clock(), held=held)
     consumer = started(ch, "auto", no_ack=True)
     ch.messages_arrived(consumer, sources("a1", "a2"))
-    assert held == {}
+    assert held.counts == {}
     delivered(ch, wire, "m1")
     ch.tx_select()
     ch.ack(3, False)
-    assert held == {"q": 1}  # acked only when the transaction commits
+    assert held.counts == {"q": 1}  # acked only when the transaction commits
     _, settlements = ch.tx_commit()
     ch.tx_committed(settlements, 0, 0)
-    assert held == {}
+    assert held.counts == {}
+    assert len(held.settled) == 1
