@@ -36,7 +36,7 @@ log = logging.getLogger("starlight.counts")
 FLUSH_INTERVAL = 0.1  # s: the longest a count on another proxy lags behind a delivery
 # s: how long a settled delivery may still count in Pulsar (pulsar-client sends grouped
 # acknowledgements every 100 ms)
-SETTLING = 0.3
+SETTLING = 0.2
 
 
 class HeldMessages:
