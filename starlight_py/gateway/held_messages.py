@@ -33,7 +33,9 @@ from starlight_py.metadata.zookeeper import (
 
 log = logging.getLogger("starlight.counts")
 
-FLUSH_INTERVAL = 0.1  # s: the longest a count on another proxy lags behind a delivery
+# s: the longest a count on another proxy lags behind a delivery (each write is a
+# ZooKeeper round trip per changed queue; under load counts change all the time)
+FLUSH_INTERVAL = 0.25
 # s: how long a settled delivery may still count in Pulsar (pulsar-client sends grouped
 # acknowledgements every 100 ms)
 SETTLING = 0.2

@@ -482,7 +482,7 @@ class TopologyService:
 
     def held_messages(self, vhost: str, name: str) -> int:
         """AMQP deliveries of the queue not yet acknowledged, on every proxy: this
-        process's own exactly, the others' as they wrote them (at most 100 ms old)."""
+        process's own exactly, the others' as they wrote them (at most FLUSH_INTERVAL old)."""
         own = segment(self.ephemerals.owner_id) if self.local_held is not None else None
         total = self.local_held(vhost, name) if self.local_held is not None else 0
         base = self.paths.held(vhost, name)
