@@ -60,6 +60,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("starlight.connection")
 
 CLOSE_OK_TIMEOUT = 3 * SECONDS
+# The longest a closing connection waits for its exclusive queues to go before it sends
+# connection.close (below CLOSE_OK_TIMEOUT, which starts with the close).
+EXCLUSIVE_RELEASE_WAIT = 2 * SECONDS
 LINGER_AFTER_CLOSE = 1 * SECONDS
 RECEIVE_SIZE = 64 * 1024
 # Output waiting while the client does not read what we already sent: past this, we stop
@@ -112,6 +115,8 @@ class ClientConnection:
         # writer task has nothing pending (see _kick); -1 for TLS and other streams.
         self._direct_fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
         self._writer_busy = False
+        # Set while a closing connection's exclusive queues are deleted: nothing is written.
+        self._output_hold: trio.Event | None = None
         self._backlog = b""  # taken from the connection, not written yet (the writer's)
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
@@ -474,8 +479,26 @@ class ClientConnection:
             session.core.write_method(commands.Basic.Cancel(tag, nowait=True))
 
     def _on_error(self, channel: int, error: AMQPError) -> None:
-        scope = "connection" if error.closes_connection or channel == 0 else f"channel {channel}"
+        closing = error.closes_connection or channel == 0
+        scope = "connection" if closing else f"channel {channel}"
         self._log.warning("%s: closing %s: %s", self.id, scope, error.reply_text)
+        vhost = self.vhost
+        if closing and vhost is not None and vhost.exclusive_queues and self._nursery:
+            # RabbitMQ deletes the connection's exclusive queues before its connection.close
+            # goes out: a client that declares one again at once must not get 405.
+            self._output_hold = trio.Event()
+            self._nursery.start_soon(self._release_exclusive_queues, vhost, self._output_hold)
+
+    async def _release_exclusive_queues(self, vhost: VhostContext, hold: trio.Event) -> None:
+        try:
+            with trio.move_on_after(EXCLUSIVE_RELEASE_WAIT):
+                await self.services.topology_methods.release_connection(vhost)
+        except Exception as e:
+            self._log.warning("%s: could not delete its exclusive queues: %s", self.id, e)
+        finally:
+            self._output_hold = None
+            hold.set()
+            self._kick()
 
     # ---- writing ----------------------------------------------------------------------------
 
@@ -484,6 +507,8 @@ class ClientConnection:
         whose writer is idle, it is written at once, from here (one syscall, no task
         switch); what the socket does not take, and TLS streams, go through the writer
         task. Many kicks come with nothing to write (after reading an ack, for one)."""
+        if self._output_hold is not None:
+            return  # written once the connection's exclusive queues are gone
         conn = self.conn
         if conn.closed:
             self._wakeup.set()
@@ -524,6 +549,8 @@ class ClientConnection:
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
+            while (hold := self._output_hold) is not None:
+                await hold.wait()
             while True:
                 data = self._backlog + self.conn.data_to_send()
                 self._backlog = b""

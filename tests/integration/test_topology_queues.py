@@ -529,6 +529,23 @@ def test_exclusive_queue_goes_when_its_connection_closes(
     assert connection.channel().queue_declare(name, exclusive=True).method.queue == name
 
 
+def test_exclusive_queue_is_gone_before_the_broker_closes_its_connection(
+    broker: Broker, connection: BlockingConnection, created: Created
+) -> None:
+    """A connection the broker closes (here: basic.qos with a prefetch size, 540): its
+    exclusive queues are deleted before connection.close is sent, so declaring one again
+    right after the close works (no 405)."""
+    name = created.queue("excl")
+    owner = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    channel = owner.channel()
+    channel.queue_declare(name, exclusive=True)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        channel.basic_qos(prefetch_size=1)
+    assert closed.value.reply_code == 540
+    again = connection.channel().queue_declare(name, exclusive=True)
+    assert again.method.queue == name
+
+
 def test_exclusive_queue_goes_when_its_socket_drops(
     broker: Broker, connection: BlockingConnection, created: Created
 ) -> None:
