@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 
 from starlight_py.metadata.zookeeper import NodeMissing, ZooKeeperClient
 
@@ -25,10 +26,16 @@ class LeaderElection:
         self.path = path
         self.identity = identity
         self._candidate: str | None = None  # our znode's name
+        # The cleaner and the expiry reaper ask from their own threads: stand only once.
+        self._lock = threading.Lock()
 
     def is_leader(self) -> bool:
         """Stand if not standing (first call, or after our session was lost) and tell
         whether our candidate is first. Raises MetadataUnavailable."""
+        with self._lock:
+            return self._is_leader()
+
+    def _is_leader(self) -> bool:
         candidates = self.zk.children(self.path)
         if self._candidate is None or self._candidate not in candidates:
             self.zk.ensure_path(self.path)
@@ -48,8 +55,9 @@ class LeaderElection:
         return None
 
     def resign(self) -> None:
-        if self._candidate is None:
-            return
-        with contextlib.suppress(NodeMissing):
-            self.zk.delete(f"{self.path}/{self._candidate}")
-        self._candidate = None
+        with self._lock:
+            if self._candidate is None:
+                return
+            with contextlib.suppress(NodeMissing):
+                self.zk.delete(f"{self.path}/{self._candidate}")
+            self._candidate = None

@@ -124,10 +124,8 @@ class ProxyServices:
                 self.producers,
                 self.requeued,
                 self.proxy_id,
-                lambda: (
-                    cleaner is not None
-                    and cleaner.election.leader_identity() == cleaner.election.identity
-                ),
+                # Stands for the lead itself if the cleaner has not yet: known at start.
+                lambda: cleaner is not None and cleaner.election.is_leader(),
             )
 
     def topology_changed(self) -> None:
