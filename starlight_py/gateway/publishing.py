@@ -42,6 +42,12 @@ from starlight_py.backend.pulsar_client import (
     ProducerHandle,
 )
 from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.exchange_routing import (
+    CACHE_LAG,
+    cached_chain_copies,
+    copy_destinations,
+    stored_chain_copies,
+)
 from starlight_py.gateway.message_copies import message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.producer_pool import ProducerPool
@@ -214,8 +220,8 @@ class Publisher:
         cache = self.cache
         version = cache.changes
         exchange = DEFAULT_EXCHANGE if name == "" else cache.exchange(vhost, name)
-        if exchange is None:
-            return False
+        if exchange is None or cache.has_exchange_bindings(vhost, name):
+            return False  # exchange-to-exchange bindings: `publish` follows them
         self._check_message(exchange, properties)
         routing_key = method.routing_key
         headers = properties.headers
@@ -434,6 +440,12 @@ class Publisher:
         headers: dict[str, Any] | None = properties.headers
         self._note_expiring(exchange, routing_key, properties)
         seq = target.reserve_publish()
+        if self.cache.has_exchange_bindings(self.ctx.vhost, exchange.name) and (
+            await self._publish_through_bindings(
+                exchange, seq, target, method, properties, body, raw_properties
+            )
+        ):
+            return
         path = await self._route(exchange, routing_key, headers)
         self._count += 1
         self._bytes += len(body)
@@ -464,6 +476,52 @@ class Publisher:
             await self._wait_for_room(producer)
             stored = plan.pre_ack if copy_topic == plan.topic else None
             self._send(producer, body, copy_properties, outcome, plan.delay_ms, stored)
+
+    async def _publish_through_bindings(
+        self,
+        exchange: Exchange,
+        seq: int,
+        target: OutcomeTarget,
+        method: Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        raw_properties: bytes,
+    ) -> bool:
+        """Publish to an exchange with exchange-to-exchange bindings: one copy per reached
+        exchange that serves a queue first (gateway/exchange_routing.py). False (nothing
+        done) when no queue is reached: then the message is unroutable as usual (maybe for
+        an alternate exchange)."""
+        vhost = self.ctx.vhost
+        routing_key, headers = method.routing_key, properties.headers
+        route = cached_chain_copies(self.cache, vhost, exchange, routing_key, headers)
+        recent = time.time() - self.cache.last_change < CACHE_LAG
+        if not route.queues or (recent and not route.complete):
+            # Maybe a binding the cache does not show yet: ask ZooKeeper itself.
+            route = await trio.to_thread.run_sync(
+                stored_chain_copies, self.topology, vhost, exchange, routing_key, headers
+            )
+            if not route.queues:
+                return False
+        copies, queues = route.copies, route.queues
+        self._count += 1
+        self._bytes += len(body)
+        if self.expiring is not None and properties.expiration is not None:
+            expires_in = message_expiration_ms(properties.expiration)
+            if expires_in is not None:
+                at = int(time.time() * 1000) + expires_in
+                for queue in sorted(queues):
+                    self.expiring(vhost, queue, at)
+        pulsar_properties = encode_properties(
+            method.exchange, routing_key, properties, raw_properties
+        )
+        written = copy_destinations(self.ctx.namespace, copies, routing_key, pulsar_properties)
+        delay_ms = message_delay_ms(headers) if exchange.delays_messages else 0
+        outcome = PublishOutcome(target, seq, len(written), False)
+        for copy_topic, copy_properties in written:
+            producer = await self.producers.get(copy_topic)
+            await self._wait_for_room(producer)
+            self._send(producer, body, copy_properties, outcome, delay_ms)
+        return True
 
     async def _plan(
         self,

@@ -1,0 +1,125 @@
+"""Publishing through exchange-to-exchange bindings (docs/mapping.md#exchange-to-exchange-bindings).
+
+A message published to an exchange that is the source of exchange-to-exchange bindings
+reaches other exchanges (model.routing.exchanges_reached). It is written once to the topic of
+each reached exchange whose own bindings route it to a queue not served by an earlier one;
+every copy lists the queues that get the message from an earlier copy, and their
+subscriptions skip it (backend.message_codec.skipped_by), so each queue gets it once.
+
+Such publishes never use the hot path's route plans (gateway/publishing.py): they take the
+slow path, which asks this module where the copies go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlight_py.backend.message_codec import ROUTED_ELSEWHERE_KEY, refused_by_value
+from starlight_py.metadata.cache import TopologyCache
+from starlight_py.model import naming
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.routing import assign_queues, exchanges_reached
+from starlight_py.model.topology import Exchange
+from starlight_py.topology.exchange_bindings import ExchangeBindings
+from starlight_py.topology.service import TopologyService
+
+# (the exchange whose topic gets a copy, the queues whose subscriptions skip that copy)
+ChainCopies = list[tuple[Exchange, frozenset[str]]]
+# How long after a topology change the cache may not show it yet (it usually shows it
+# within milliseconds): meanwhile an exchange it finds no new queue for is checked in
+# ZooKeeper.
+CACHE_LAG = 1.0  # seconds
+
+
+@dataclass(frozen=True)
+class ChainRoute:
+    copies: ChainCopies
+    queues: set[str]  # every queue reached
+    reached: int  # how many exchanges the message reached
+
+    @property
+    def complete(self) -> bool:
+        """Every reached exchange gets a copy (nothing the cache may lag on is left out)."""
+        return len(self.copies) == self.reached
+
+
+def chain_copies(
+    exchange: Exchange,
+    routing_key: str,
+    headers: dict[str, Any] | None,
+    bindings_from: Callable[[str], Any],
+    exchange_named: Callable[[str], Exchange | None],
+    routed_queues: Callable[[Exchange], set[str]],
+) -> ChainRoute:
+    """Where a message published to `exchange` is written, and every queue it reaches (none:
+    unroutable through the bindings)."""
+    reached = exchanges_reached(exchange, routing_key, headers, bindings_from, exchange_named)
+    routed = [(x.name, routed_queues(x)) for x in reached]
+    by_name = {x.name: x for x in reached}
+    copies = [(by_name[name], skip) for name, skip in assign_queues(routed)]
+    queues: set[str] = set()
+    for _, each in routed:
+        queues |= each
+    return ChainRoute(copies, queues, len(reached))
+
+
+def cached_chain_copies(
+    cache: TopologyCache,
+    vhost: str,
+    exchange: Exchange,
+    routing_key: str,
+    headers: dict[str, Any] | None,
+) -> ChainRoute:
+    """`chain_copies` per this proxy's topology cache."""
+    return chain_copies(
+        exchange,
+        routing_key,
+        headers,
+        lambda name: cache.exchange_bindings_from(vhost, name),
+        lambda name: cache.exchange(vhost, name),
+        lambda x: cache.routed_queues(vhost, x, routing_key, headers),
+    )
+
+
+def stored_chain_copies(
+    topology: TopologyService,
+    vhost: str,
+    exchange: Exchange,
+    routing_key: str,
+    headers: dict[str, Any] | None,
+) -> ChainRoute:
+    """`chain_copies` per ZooKeeper itself (for when the cache, which may lag, finds no
+    queue); synchronous: call it in a worker thread."""
+    bindings: ExchangeBindings = topology.exchange_bindings
+
+    def exchange_named(name: str) -> Exchange | None:
+        found = topology.get_exchange(vhost, name)
+        return None if found is None else found[0]
+
+    return chain_copies(
+        exchange,
+        routing_key,
+        headers,
+        lambda name: bindings.bindings_from(vhost, name),
+        exchange_named,
+        lambda x: bindings.routed_queues(vhost, x, routing_key, headers),
+    )
+
+
+def copy_destinations(
+    namespace: NamespaceName,
+    copies: ChainCopies,
+    routing_key: str,
+    pulsar_properties: dict[str, str],
+) -> list[tuple[naming.TopicName, dict[str, str]]]:
+    """The topic and Pulsar properties of each copy."""
+    written = []
+    for exchange, skip in copies:
+        topic = naming.exchange_topic(namespace, exchange.name, exchange.routing_type, routing_key)
+        properties = pulsar_properties
+        if skip:
+            properties = {**pulsar_properties, ROUTED_ELSEWHERE_KEY: refused_by_value(set(skip))}
+        written.append((topic, properties))
+    return written
