@@ -517,10 +517,21 @@ class Publisher:
         written = copy_destinations(self.ctx.namespace, copies, routing_key, pulsar_properties)
         delay_ms = message_delay_ms(headers) if exchange.delays_messages else 0
         outcome = PublishOutcome(target, seq, len(written), False)
-        for copy_topic, copy_properties in written:
+        pre_acks = self.pre_acks
+        for (copy_exchange, skip), (copy_topic, copy_properties) in zip(
+            copies, written, strict=True
+        ):
+            stored = None
+            if pre_acks is not None and (
+                skip or pre_acks.wanted(vhost, copy_exchange, routing_key, headers)
+            ):
+                # Subscriptions that do not route the copy, or skip it, leave it soon.
+                stored = pre_acks.stored_callback(
+                    vhost, copy_exchange.name, routing_key, headers, copy_topic, skip
+                )
             producer = await self.producers.get(copy_topic)
             await self._wait_for_room(producer)
-            self._send(producer, body, copy_properties, outcome, delay_ms)
+            self._send(producer, body, copy_properties, outcome, delay_ms, stored)
         return True
 
     async def _plan(

@@ -6,6 +6,7 @@ RabbitMQ 3.x."""
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pika
 import pika.exceptions
@@ -13,7 +14,13 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from tests.support import amqp_fixtures
-from tests.support.amqp_fixtures import Created, closes_channel, confirming_channel, drain
+from tests.support.amqp_fixtures import (
+    Created,
+    closes_channel,
+    confirming_channel,
+    drain,
+    wait_for_count,
+)
 
 NAME_PREFIX = "e2e"  # of the names made here (the `created` fixture reads it)
 
@@ -142,6 +149,24 @@ def test_a_queue_reachable_by_several_paths_gets_the_message_once(
     channel.basic_publish(source, "k", b"once")
     assert drain(channel, shared, 1, settle=0.5) == [b"once"]
     assert drain(channel, only_right, 1) == [b"once"]
+
+
+def test_a_queue_reachable_by_several_paths_counts_the_message_once(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = confirming_channel(connection)
+    source = exchange(channel, created, "fanout", "src")
+    destination = exchange(channel, created, "fanout", "dst")
+    channel.exchange_bind(destination, source, "")
+    shared = bound_queue(channel, created, source)
+    channel.queue_bind(shared, destination, "")
+    only_destination = bound_queue(channel, created, destination)
+    channel.basic_publish(source, "k", b"once")
+    assert wait_for_count(channel, only_destination, 1) == 1
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:  # the count never shows a second copy
+        assert wait_for_count(channel, shared, 1) == 1
+        connection.sleep(0.2)
 
 
 def test_a_cycle_delivers_once(connection: BlockingConnection, created: Created) -> None:
