@@ -12,11 +12,15 @@ slow path, which asks this module where the copies go.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import trio
+
 from starlight_py.backend.message_codec import ROUTED_ELSEWHERE_KEY, refused_by_value
+from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
@@ -122,4 +126,49 @@ def copy_destinations(
         if skip:
             properties = {**pulsar_properties, ROUTED_ELSEWHERE_KEY: refused_by_value(set(skip))}
         written.append((topic, properties))
+    return written
+
+
+async def route_through_bindings(
+    cache: TopologyCache,
+    topology: TopologyService,
+    vhost: str,
+    exchange: Exchange,
+    routing_key: str,
+    headers: dict[str, Any] | None,
+) -> ChainRoute | None:
+    """Where a message published to `exchange` goes, per the cache; per ZooKeeper when the
+    cache finds no queue, or leaves a reached exchange out soon after a topology change (a
+    binding made a moment ago may not be in it yet). None: no queue is reached."""
+    route = cached_chain_copies(cache, vhost, exchange, routing_key, headers)
+    recent = time.time() - cache.last_change < CACHE_LAG
+    if not route.queues or (recent and not route.complete):
+        route = await trio.to_thread.run_sync(
+            stored_chain_copies, topology, vhost, exchange, routing_key, headers
+        )
+    return route if route.queues else None
+
+
+def written_copies(
+    namespace: NamespaceName,
+    vhost: str,
+    route: ChainRoute,
+    routing_key: str,
+    headers: dict[str, Any] | None,
+    pulsar_properties: dict[str, str],
+    pre_acks: PreAcks | None,
+) -> list[tuple[naming.TopicName, dict[str, str], StoredCallback | None]]:
+    """Each copy's topic, Pulsar properties and `stored` callback: the subscriptions that do
+    not route a copy, or skip it, leave it soon after it is stored (gateway/pre_acks.py)."""
+    written = []
+    destinations = copy_destinations(namespace, route.copies, routing_key, pulsar_properties)
+    for (exchange, skip), (topic, properties) in zip(route.copies, destinations, strict=True):
+        stored = None
+        if pre_acks is not None and (
+            skip or pre_acks.wanted(vhost, exchange, routing_key, headers)
+        ):
+            stored = pre_acks.stored_callback(
+                vhost, exchange.name, routing_key, headers, topic, skip
+            )
+        written.append((topic, properties, stored))
     return written

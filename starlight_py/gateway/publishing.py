@@ -42,12 +42,7 @@ from starlight_py.backend.pulsar_client import (
     ProducerHandle,
 )
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.exchange_routing import (
-    CACHE_LAG,
-    cached_chain_copies,
-    copy_destinations,
-    stored_chain_copies,
-)
+from starlight_py.gateway.exchange_routing import route_through_bindings, written_copies
 from starlight_py.gateway.message_copies import message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.producer_pool import ProducerPool
@@ -493,42 +488,29 @@ class Publisher:
         an alternate exchange)."""
         vhost = self.ctx.vhost
         routing_key, headers = method.routing_key, properties.headers
-        route = cached_chain_copies(self.cache, vhost, exchange, routing_key, headers)
-        recent = time.time() - self.cache.last_change < CACHE_LAG
-        if not route.queues or (recent and not route.complete):
-            # Maybe a binding the cache does not show yet: ask ZooKeeper itself.
-            route = await trio.to_thread.run_sync(
-                stored_chain_copies, self.topology, vhost, exchange, routing_key, headers
-            )
-            if not route.queues:
-                return False
-        copies, queues = route.copies, route.queues
+        route = await route_through_bindings(
+            self.cache, self.topology, vhost, exchange, routing_key, headers
+        )
+        if route is None:
+            return False
         self._count += 1
         self._bytes += len(body)
-        if self.expiring is not None and properties.expiration is not None:
-            expires_in = message_expiration_ms(properties.expiration)
-            if expires_in is not None:
-                at = int(time.time() * 1000) + expires_in
-                for queue in sorted(queues):
-                    self.expiring(vhost, queue, at)
+        expires_in = (
+            None if properties.expiration is None else message_expiration_ms(properties.expiration)
+        )
+        if self.expiring is not None and expires_in is not None:
+            at = int(time.time() * 1000) + expires_in
+            for queue in sorted(route.queues):
+                self.expiring(vhost, queue, at)
         pulsar_properties = encode_properties(
             method.exchange, routing_key, properties, raw_properties
         )
-        written = copy_destinations(self.ctx.namespace, copies, routing_key, pulsar_properties)
+        written = written_copies(
+            self.ctx.namespace, vhost, route, routing_key, headers, pulsar_properties, self.pre_acks
+        )
         delay_ms = message_delay_ms(headers) if exchange.delays_messages else 0
         outcome = PublishOutcome(target, seq, len(written), False)
-        pre_acks = self.pre_acks
-        for (copy_exchange, skip), (copy_topic, copy_properties) in zip(
-            copies, written, strict=True
-        ):
-            stored = None
-            if pre_acks is not None and (
-                skip or pre_acks.wanted(vhost, copy_exchange, routing_key, headers)
-            ):
-                # Subscriptions that do not route the copy, or skip it, leave it soon.
-                stored = pre_acks.stored_callback(
-                    vhost, copy_exchange.name, routing_key, headers, copy_topic, skip
-                )
+        for copy_topic, copy_properties, stored in written:
             producer = await self.producers.get(copy_topic)
             await self._wait_for_room(producer)
             self._send(producer, body, copy_properties, outcome, delay_ms, stored)
