@@ -59,8 +59,23 @@ def chain_copies(
 ) -> ChainRoute:
     """Where a message published to `exchange` is written, and every queue it reaches (none:
     unroutable through the bindings)."""
-    reached = exchanges_reached(exchange, routing_key, headers, bindings_from, exchange_named)
-    routed = [(x.name, routed_queues(x)) for x in reached]
+    queues_of: dict[str, set[str]] = {}
+
+    def routed_by(x: Exchange) -> set[str]:
+        found = queues_of.get(x.name)
+        if found is None:
+            found = queues_of[x.name] = routed_queues(x)
+        return found
+
+    reached = exchanges_reached(
+        exchange,
+        routing_key,
+        headers,
+        bindings_from,
+        exchange_named,
+        lambda x: bool(routed_by(x)),
+    )
+    routed = [(x.name, routed_by(x)) for x in reached]
     by_name = {x.name: x for x in reached}
     copies = [(by_name[name], skip) for name, skip in assign_queues(routed)]
     queues: set[str] = set()
@@ -172,3 +187,18 @@ def written_copies(
             )
         written.append((topic, properties, stored))
     return written
+
+
+def follows_bindings(cache: TopologyCache, vhost: str, exchange: Exchange) -> bool:
+    """Whether a message published to `exchange` may go through exchange-to-exchange
+    bindings: it, or one of its alternate exchanges, is the source of one. One dictionary
+    lookup for an exchange without an alternate."""
+    seen: set[str] = set()
+    current: Exchange | None = exchange
+    while current is not None and current.name not in seen:
+        if cache.has_exchange_bindings(vhost, current.name):
+            return True
+        seen.add(current.name)
+        alternate = current.alternate_exchange
+        current = None if alternate is None else cache.exchange(vhost, alternate)
+    return False

@@ -42,7 +42,11 @@ from starlight_py.backend.pulsar_client import (
     ProducerHandle,
 )
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.exchange_routing import route_through_bindings, written_copies
+from starlight_py.gateway.exchange_routing import (
+    follows_bindings,
+    route_through_bindings,
+    written_copies,
+)
 from starlight_py.gateway.message_copies import message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.producer_pool import ProducerPool
@@ -215,7 +219,7 @@ class Publisher:
         cache = self.cache
         version = cache.changes
         exchange = DEFAULT_EXCHANGE if name == "" else cache.exchange(vhost, name)
-        if exchange is None or cache.has_exchange_bindings(vhost, name):
+        if exchange is None or follows_bindings(cache, vhost, exchange):
             return False  # exchange-to-exchange bindings: `publish` follows them
         self._check_message(exchange, properties)
         routing_key = method.routing_key
@@ -435,13 +439,15 @@ class Publisher:
         headers: dict[str, Any] | None = properties.headers
         self._note_expiring(exchange, routing_key, properties)
         seq = target.reserve_publish()
-        if self.cache.has_exchange_bindings(self.ctx.vhost, exchange.name) and (
-            await self._publish_through_bindings(
+        path: tuple[Exchange, ...] = ()
+        if follows_bindings(self.cache, self.ctx.vhost, exchange):
+            # Alternate exchanges are followed in the same walk, as on RabbitMQ.
+            if await self._publish_through_bindings(
                 exchange, seq, target, method, properties, body, raw_properties
-            )
-        ):
-            return
-        path = await self._route(exchange, routing_key, headers)
+            ):
+                return
+        else:
+            path = await self._route(exchange, routing_key, headers)
         self._count += 1
         self._bytes += len(body)
         if not path:

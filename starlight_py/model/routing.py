@@ -198,6 +198,9 @@ class _Routes(Protocol):
     @property
     def routing_type(self) -> str: ...
 
+    @property
+    def alternate_exchange(self) -> str | None: ...
+
 
 _Routing = TypeVar("_Routing", bound=_Routes)
 
@@ -208,30 +211,41 @@ def exchanges_reached(
     headers: Mapping[str, Any] | None,
     bindings_from: Callable[[str], Iterable[_RoutesOnward]],
     exchange_named: Callable[[str], _Routing | None],
+    routes_a_queue: Callable[[_Routing], bool] = lambda _x: False,
 ) -> tuple[_Routing, ...]:
     """The exchanges a message published to `exchange` reaches through exchange-to-exchange
     bindings (RabbitMQ's exchange.bind), breadth first, `exchange` first: a binding whose
     source routes the message (by the source's type, as a queue binding would) passes it to
-    its destination with the same routing key and headers. Each exchange appears once, so
-    cycles end; a destination that does not exist is skipped."""
+    its destination with the same routing key and headers. An exchange that routes the
+    message nowhere (no queue binding, `routes_a_queue`, and no exchange binding matches)
+    passes it to its alternate exchange, as RabbitMQ's walk does. Each exchange appears
+    once, so cycles end; a destination that does not exist is skipped."""
     reached: list[_Routing] = [exchange]
     seen = {exchange.name}
     index = 0
+
+    def reach(name: str) -> None:
+        if name in seen:
+            return
+        destination = exchange_named(name)
+        if destination is None:
+            return
+        seen.add(name)
+        reached.append(destination)
+
     while index < len(reached):
         source = reached[index]
         index += 1
+        onward = False
         for binding in bindings_from(source.name):
-            if binding.destination in seen:
-                continue
-            if not binding_matches(
+            if binding_matches(
                 source.routing_type, binding.routing_key, binding.arguments, routing_key, headers
             ):
-                continue
-            destination = exchange_named(binding.destination)
-            if destination is None:
-                continue
-            seen.add(binding.destination)
-            reached.append(destination)
+                onward = True
+                reach(binding.destination)
+        alternate = source.alternate_exchange
+        if not onward and alternate is not None and not routes_a_queue(source):
+            reach(alternate)
     return tuple(reached)
 
 

@@ -250,6 +250,25 @@ def test_mandatory_publish_through_a_chain_without_queues_is_returned(
     assert publish_mandatory(channel, source, "wanted", b"routed") == []
 
 
+def test_alternate_exchanges_apply_where_the_walk_routes_nowhere(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = confirming_channel(connection)
+    alternate = exchange(channel, created, "fanout", "alt")
+    source = created.exchange("src")
+    channel.exchange_declare(source, "direct", arguments={"alternate-exchange": alternate})
+    destination = exchange(channel, created, "direct", "dst")
+    channel.exchange_bind(destination, source, "k")
+    caught = bound_queue(channel, created, alternate)
+    # No binding of the source matches: its alternate exchange gets the message.
+    assert publish_mandatory(channel, source, "other", b"to the alternate") == []
+    assert drain(channel, caught, 1) == [b"to the alternate"]
+    # The source passes it on to the destination, which routes it to no queue: returned
+    # (the source's alternate is for messages it routes nowhere at all).
+    assert publish_mandatory(channel, source, "k", b"lost") == [b"lost"]
+    assert drain(channel, caught, 0, timeout=0.5) == []
+
+
 @pytest.mark.parametrize("missing", ["source", "destination"])
 def test_missing_exchange_is_404(
     connection: BlockingConnection, created: Created, missing: str

@@ -128,6 +128,33 @@ def test_a_later_matching_binding_to_the_same_destination_counts() -> None:
     assert topology.reached("a", "y") == ["a", "b"]
 
 
+def test_alternate_exchanges_are_followed_where_an_exchange_routes_nowhere() -> None:
+    x = Exchange("x", "direct", arguments={"alternate-exchange": "ax"})
+    y = Exchange("y", "direct", arguments={"alternate-exchange": "ay"})
+    exchanges = {e.name: e for e in (x, y, Exchange("ax", "fanout"), Exchange("ay", "fanout"))}
+    bindings = [ExchangeBinding("x", "y", "k")]
+
+    def reached(key: str, with_queues: set[str]) -> list[str]:
+        return [
+            e.name
+            for e in exchanges_reached(
+                x,
+                key,
+                None,
+                lambda n: [b for b in bindings if b.source == n],
+                exchanges.get,
+                lambda e: e.name in with_queues,
+            )
+        ]
+
+    # x passes "k" on to y (so not to its alternate); y routes it nowhere: y's alternate.
+    assert reached("k", set()) == ["x", "y", "ay"]
+    assert reached("k", {"y"}) == ["x", "y"]
+    # Nothing matches at x: x's alternate, unless a queue binding of x routes it.
+    assert reached("other", set()) == ["x", "ax"]
+    assert reached("other", {"x"}) == ["x"]
+
+
 # ---- assign_queues ------------------------------------------------------------------------
 
 
