@@ -28,8 +28,10 @@ from starlight_py.metadata.zookeeper import (
     Delete,
     NodeAlreadyExists,
     NodeMissing,
+    NodeNotEmpty,
     Op,
     TransactionFailed,
+    VersionConflict,
     ZooKeeperClient,
 )
 from starlight_py.model.routing import binding_matches
@@ -164,12 +166,15 @@ class ExchangeBindings:
             entry = self.paths.exchange_e2e_entry(vhost, binding)
             if self.zk.get(entry) is None:
                 return binding
+            ops: list[Op] = [
+                Delete(entry),
+                Delete(self.paths.exchange_e2e_in_entry(vhost, binding)),
+            ]
+            ops = self._auto_delete_ops(vhost, binding) or ops
             try:
-                self.zk.commit(
-                    [Delete(entry), Delete(self.paths.exchange_e2e_in_entry(vhost, binding))]
-                )
+                self.zk.commit(ops)
             except TransactionFailed as e:
-                if isinstance(e.cause, NodeMissing):
+                if isinstance(e.cause, NodeMissing | NodeNotEmpty | VersionConflict):
                     continue
                 raise
             return binding
@@ -200,6 +205,23 @@ class ExchangeBindings:
             containers.append(incoming)
         ops: list[Op] = [Delete(path) for path in deletes]
         return ops + [Delete(path) for path in containers]
+
+    def _auto_delete_ops(self, vhost: str, binding: ExchangeBinding) -> list[Op]:
+        """When `binding` is the last binding of an auto-delete source exchange (RabbitMQ
+        deletes such an exchange with its last binding): the ops that unbind it and delete
+        the exchange; empty otherwise."""
+        found = self._get_exchange(vhost, binding.source)
+        if found is None or not found[0].auto_delete:
+            return []
+        if self.zk.children(self.paths.exchange_bound(vhost, binding.source)):
+            return []
+        if self.zk.children(self.paths.exchange_e2e(vhost, binding.source)) != [binding.entry_name]:
+            return []
+        return [
+            *self.delete_ops(vhost, binding.source),
+            Delete(self.paths.exchange_bound(vhost, binding.source)),
+            Delete(self.paths.exchange(vhost, binding.source), found[1]),
+        ]
 
     def in_use_as_source(self, vhost: str, name: str) -> bool:
         return bool(self.zk.children(self.paths.exchange_e2e(vhost, name)))

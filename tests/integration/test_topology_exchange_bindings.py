@@ -238,6 +238,26 @@ def test_deleting_the_source_removes_the_binding(
     assert drain(channel, queue, 1) == [b"direct"]
 
 
+def test_an_auto_delete_source_goes_with_its_last_binding(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = connection.channel()
+    source = created.exchange("auto")
+    channel.exchange_declare(source, "fanout", auto_delete=True)
+    destination = exchange(channel, created, "fanout", "dst")
+    channel.exchange_bind(destination, source, "a")
+    channel.exchange_bind(destination, source, "b")
+    channel.exchange_unbind(destination, source, "a")
+    channel.exchange_declare(source, "fanout", auto_delete=True, passive=True)  # still there
+    channel.exchange_unbind(destination, source, "b")
+    error = closes_channel(
+        connection, lambda: channel.exchange_declare(source, "fanout", passive=True)
+    )
+    assert error.reply_code == 404
+    channel = connection.channel()
+    channel.exchange_declare(destination, "fanout", passive=True)  # the destination stays
+
+
 def test_mandatory_publish_through_a_chain_without_queues_is_returned(
     connection: BlockingConnection, created: Created
 ) -> None:
