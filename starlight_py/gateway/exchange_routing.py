@@ -13,7 +13,7 @@ slow path, which asks this module where the copies go.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ import trio
 from starlight_py.backend.message_codec import ROUTED_ELSEWHERE_KEY, refused_by_value
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.records import ExchangeBinding
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.routing import assign_queues, exchanges_reached
@@ -53,7 +54,7 @@ def chain_copies(
     exchange: Exchange,
     routing_key: str,
     headers: dict[str, Any] | None,
-    bindings_from: Callable[[str], Any],
+    bindings_from: Callable[[str], Iterable[ExchangeBinding]],
     exchange_named: Callable[[str], Exchange | None],
     routed_queues: Callable[[Exchange], set[str]],
 ) -> ChainRoute:
