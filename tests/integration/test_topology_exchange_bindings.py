@@ -180,6 +180,15 @@ def test_a_cycle_delivers_once(connection: BlockingConnection, created: Created)
     channel.basic_publish(first, "k", b"from-first")
     channel.basic_publish(second, "k", b"from-second")
     assert sorted(drain(channel, queue, 2, settle=0.5)) == [b"from-first", b"from-second"]
+    # Deleting an exchange bound to itself and in a cycle takes its bindings along.
+    assert isinstance(channel.exchange_delete(first).method, pika.spec.Exchange.DeleteOk)
+    channel.basic_publish(second, "k", b"after delete")
+    assert drain(channel, queue, 1) == [b"after delete"]
+    # second -> first went with first: second's only binding left is the queue's.
+    channel.queue_unbind(queue, second, "")
+    assert isinstance(
+        channel.exchange_delete(second, if_unused=True).method, pika.spec.Exchange.DeleteOk
+    )
 
 
 def test_binding_twice_is_idempotent_and_unbind_stops_routing(
