@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from starlight_py.backend.message_codec import ROUTED_ELSEWHERE_KEY, refused_by_value
+from starlight_py.gateway.message_copies import message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import ExchangeBinding
@@ -43,6 +44,7 @@ class ChainRoute:
     copies: ChainCopies
     queues: set[str]  # every queue reached
     reached: int  # how many exchanges the message reached
+    served: tuple[frozenset[str], ...] = ()  # the queues each copy serves (as `copies`)
 
     @property
     def complete(self) -> bool:
@@ -79,10 +81,11 @@ def chain_copies(
     routed = [(x.name, routed_by(x)) for x in reached]
     by_name = {x.name: x for x in reached}
     copies = [(by_name[name], skip) for name, skip in assign_queues(routed)]
+    served = tuple(frozenset(routed_by(x) - skip) for x, skip in copies)
     queues: set[str] = set()
     for _, each in routed:
         queues |= each
-    return ChainRoute(copies, queues, len(reached))
+    return ChainRoute(copies, queues, len(reached), served)
 
 
 def cached_chain_copies(
@@ -173,12 +176,35 @@ def written_copies(
     headers: dict[str, Any] | None,
     pulsar_properties: dict[str, str],
     pre_acks: PreAcks | None,
+    priorities: dict[str, int],
+    priority: int | None,
 ) -> list[tuple[naming.TopicName, dict[str, str], StoredCallback | None]]:
     """Each copy's topic, Pulsar properties and `stored` callback: the subscriptions that do
-    not route a copy, or skip it, leave it soon after it is stored (gateway/pre_acks.py)."""
-    written = []
+    not route a copy, or skip it, leave it soon after it is stored (gateway/pre_acks.py).
+    A copy that serves priority queues (`priorities`: queue -> x-max-priority) also goes to
+    their priority bands (gateway/message_copies.py), as a publish to its exchange would."""
+    written: list[tuple[naming.TopicName, dict[str, str], StoredCallback | None]] = []
     destinations = copy_destinations(namespace, route.copies, routing_key, pulsar_properties)
-    for (exchange, skip), (topic, properties) in zip(route.copies, destinations, strict=True):
+    for (exchange, skip), (topic, properties), served in zip(
+        route.copies, destinations, route.served, strict=True
+    ):
+        banded = served & priorities.keys()
+        if banded:
+            # The queues that get it on a band skip the exchange's copy: it leaves their
+            # subscriptions soon, so their counts show it once.
+            main_stored = (
+                None
+                if pre_acks is None
+                else pre_acks.stored_callback(
+                    vhost, exchange.name, routing_key, headers, topic, skip | banded
+                )
+            )
+            for band_topic, band_properties in message_copies(
+                namespace, topic, exchange, properties, set(served), set(), priorities, priority
+            ):
+                stored = main_stored if band_topic == topic else None
+                written.append((band_topic, band_properties, stored))
+            continue
         stored = None
         if pre_acks is not None and (
             skip or pre_acks.wanted(vhost, exchange, routing_key, headers)

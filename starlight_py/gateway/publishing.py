@@ -512,7 +512,15 @@ class Publisher:
             method.exchange, routing_key, properties, raw_properties
         )
         written = written_copies(
-            self.ctx.namespace, vhost, route, routing_key, headers, pulsar_properties, self.pre_acks
+            self.ctx.namespace,
+            vhost,
+            route,
+            routing_key,
+            headers,
+            pulsar_properties,
+            self.pre_acks,
+            self.cache.max_priorities(vhost),
+            properties.priority,
         )
         delay_ms = message_delay_ms(headers) if exchange.delays_messages else 0
         outcome = PublishOutcome(target, seq, len(written), False)

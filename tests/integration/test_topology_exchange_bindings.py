@@ -169,6 +169,22 @@ def test_a_queue_reachable_by_several_paths_counts_the_message_once(
         connection.sleep(0.2)
 
 
+def test_a_priority_queue_reached_through_a_binding_orders_by_priority(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = confirming_channel(connection)
+    source = exchange(channel, created, "fanout", "src")
+    destination = exchange(channel, created, "direct", "dst")
+    channel.exchange_bind(destination, source, "")
+    queue = created.queue("prio")
+    channel.queue_declare(queue, exclusive=True, arguments={"x-max-priority": 10})
+    channel.queue_bind(queue, destination, "k")
+    for body, priority in ((b"low", 1), (b"high", 9), (b"mid", 5)):
+        channel.basic_publish(source, "k", body, pika.BasicProperties(priority=priority))
+    assert wait_for_count(channel, queue, 3) == 3
+    assert drain(channel, queue, 3) == [b"high", b"mid", b"low"]
+
+
 def test_a_cycle_delivers_once(connection: BlockingConnection, created: Created) -> None:
     channel = confirming_channel(connection)
     first = exchange(channel, created, "fanout", "one")

@@ -179,6 +179,20 @@ def test_a_queue_bound_to_source_and_destination_gets_one_copy() -> None:
     assert queues == {"shared", "only"}
 
 
+def test_each_copy_knows_the_queues_it_serves() -> None:
+    topology = Topology(a="fanout", b="fanout").bind("b", "a")
+    topology.queue("shared", "a").queue("shared", "b").queue("only", "b")
+    route = chain_copies(
+        topology.exchanges["a"],
+        "k",
+        None,
+        lambda name: [b for b in topology.bindings if b.source == name],
+        topology.exchanges.get,
+        lambda x: {q for q, _, _ in topology.queues.get(x.name, [])},
+    )
+    assert route.served == (frozenset({"shared"}), frozenset({"only"}))
+
+
 def test_nothing_reached_means_no_copies() -> None:
     topology = Topology(a="fanout", b="direct").bind("b", "a").queue("q", "b", "wanted")
     assert topology.copies("a", "other") == ([], set())
