@@ -19,7 +19,11 @@ from typing import Any
 
 import trio
 
-from starlight_py.backend.message_codec import ROUTED_ELSEWHERE_KEY, refused_by_value
+from starlight_py.backend.message_codec import (
+    REFUSED_BY_KEY,
+    ROUTED_ELSEWHERE_KEY,
+    refused_by_value,
+)
 from starlight_py.gateway.message_copies import message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.metadata.cache import TopologyCache
@@ -178,41 +182,41 @@ def written_copies(
     pre_acks: PreAcks | None,
     priorities: dict[str, int],
     priority: int | None,
+    refusing: frozenset[str] = frozenset(),
 ) -> list[tuple[naming.TopicName, dict[str, str], StoredCallback | None]]:
     """Each copy's topic, Pulsar properties and `stored` callback: the subscriptions that do
     not route a copy, or skip it, leave it soon after it is stored (gateway/pre_acks.py).
     A copy that serves priority queues (`priorities`: queue -> x-max-priority) also goes to
-    their priority bands (gateway/message_copies.py), as a publish to its exchange would."""
+    their priority bands (gateway/message_copies.py), as a publish to its exchange would;
+    the `refusing` queues (at their length limit) skip it."""
     written: list[tuple[naming.TopicName, dict[str, str], StoredCallback | None]] = []
     destinations = copy_destinations(namespace, route.copies, routing_key, pulsar_properties)
     for (exchange, skip), (topic, properties), served in zip(
         route.copies, destinations, route.served, strict=True
     ):
-        banded = served & priorities.keys()
-        if banded:
-            # The queues that get it on a band skip the exchange's copy: it leaves their
-            # subscriptions soon, so their counts show it once.
-            main_stored = (
-                None
-                if pre_acks is None
-                else pre_acks.stored_callback(
-                    vhost, exchange.name, routing_key, headers, topic, skip | banded
-                )
-            )
-            for band_topic, band_properties in message_copies(
-                namespace, topic, exchange, properties, set(served), set(), priorities, priority
-            ):
-                stored = main_stored if band_topic == topic else None
-                written.append((band_topic, band_properties, stored))
-            continue
+        refused = served & refusing
+        ready = served - refused
+        banded = ready & priorities.keys()
+        # Queues that refused it, get it elsewhere or on a band: it leaves their
+        # subscriptions soon after it is stored, so their counts show it once.
+        skipped = skip | refused | banded
         stored = None
         if pre_acks is not None and (
-            skip or pre_acks.wanted(vhost, exchange, routing_key, headers)
+            skipped or pre_acks.wanted(vhost, exchange, routing_key, headers)
         ):
             stored = pre_acks.stored_callback(
-                vhost, exchange.name, routing_key, headers, topic, skip
+                vhost, exchange.name, routing_key, headers, topic, skipped
             )
-        written.append((topic, properties, stored))
+        if not banded:
+            marked = properties
+            if refused:
+                marked = {**properties, REFUSED_BY_KEY: refused_by_value(set(refused))}
+            written.append((topic, marked, stored))
+            continue
+        for copy_topic, copy_properties in message_copies(
+            namespace, topic, exchange, properties, set(served), set(refused), priorities, priority
+        ):
+            written.append((copy_topic, copy_properties, stored if copy_topic == topic else None))
     return written
 
 

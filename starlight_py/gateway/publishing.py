@@ -501,6 +501,11 @@ class Publisher:
             return False
         self._count += 1
         self._bytes += len(body)
+        limits = self.cache.length_limits(vhost)  # usually empty: one lookup
+        refusing = await self._refusing(limits, route.queues, method, properties, body)
+        if refusing is None:
+            target.settle_publishes([(seq, False)])  # every queue reached refused it
+            return True
         expires_in = (
             None if properties.expiration is None else message_expiration_ms(properties.expiration)
         )
@@ -521,9 +526,10 @@ class Publisher:
             self.pre_acks,
             self.cache.max_priorities(vhost),
             properties.priority,
+            frozenset(refusing),
         )
         delay_ms = message_delay_ms(headers) if exchange.delays_messages else 0
-        outcome = PublishOutcome(target, seq, len(written), False)
+        outcome = PublishOutcome(target, seq, len(written), bool(refusing))
         for copy_topic, copy_properties, stored in written:
             producer = await self.producers.get(copy_topic)
             await self._wait_for_room(producer)
@@ -565,23 +571,9 @@ class Publisher:
         )
         if lagging and routing_key in priorities:
             routed.add(routing_key)
-        refusing: set[str] = set()
-        if limits and self.lengths is not None:
-            limited = {q: limits[q] for q in routed if q in limits}
-            refusing = await self.lengths.refusing(limited, len(body)) if limited else set()
-            if refusing:
-                # RabbitMQ's reject-publish: the publisher gets a nack, the queues with
-                # room still get the message.
-                self.metrics.refused()
-                for queue in sorted(refusing):
-                    if limited[queue].overflow == REJECT_PUBLISH_DLX:
-                        await self.lengths.dead_letter_refused(
-                            queue, method.exchange, routing_key, properties, body
-                        )
-                if refusing >= routed:
-                    return None
-            if limited:
-                self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
+        refusing = await self._refusing(limits, routed, method, properties, body)
+        if refusing is None:
+            return None
         copies = message_copies(
             self.ctx.namespace,
             topic,
@@ -596,6 +588,36 @@ class Publisher:
         banded = bool(routed & priorities.keys())
         pre_ack = None if banded else self._pre_ack(target, routing_key, headers, topic)
         return _Plan(copies, delay_ms, bool(refusing), topic, pre_ack)
+
+    async def _refusing(
+        self,
+        limits: dict[str, LengthLimit],
+        routed: set[str],
+        method: Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+    ) -> set[str] | None:
+        """The `routed` queues that refuse the message at their length limit (dead-lettering
+        it for reject-publish-dlx ones); None when every one does."""
+        refusing: set[str] = set()
+        if not limits or self.lengths is None:
+            return refusing
+        limited = {q: limits[q] for q in routed if q in limits}
+        refusing = await self.lengths.refusing(limited, len(body)) if limited else set()
+        if refusing:
+            # RabbitMQ's reject-publish: the publisher gets a nack, the queues with room
+            # still get the message.
+            self.metrics.refused()
+            for queue in sorted(refusing):
+                if limited[queue].overflow == REJECT_PUBLISH_DLX:
+                    await self.lengths.dead_letter_refused(
+                        queue, method.exchange, method.routing_key, properties, body
+                    )
+            if refusing >= routed:
+                return None
+        if limited:
+            self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
+        return refusing
 
     async def _with_fresh_priority(self, queue: str, priorities: dict[str, int]) -> dict[str, int]:
         found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)

@@ -185,6 +185,32 @@ def test_a_priority_queue_reached_through_a_binding_orders_by_priority(
     assert drain(channel, queue, 3) == [b"high", b"mid", b"low"]
 
 
+def test_a_full_reject_publish_queue_behind_a_binding_refuses_and_nacks(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = confirming_channel(connection)
+    source = exchange(channel, created, "fanout", "src")
+    destination = exchange(channel, created, "fanout", "dst")
+    channel.exchange_bind(destination, source, "")
+    limited = created.queue("limited")
+    channel.queue_declare(
+        limited, exclusive=True, arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+    )
+    channel.queue_bind(limited, destination, "")
+    unlimited = bound_queue(channel, created, source)
+    results = []
+    for body in (b"one", b"two", b"three"):
+        try:
+            channel.basic_publish(source, "", body)
+            results.append(True)
+        except pika.exceptions.NackError:
+            results.append(False)
+    # The publisher hears of the refusal (nack) even though one queue took the message.
+    assert results == [True, False, False]
+    assert drain(channel, unlimited, 3) == [b"one", b"two", b"three"]
+    assert drain(channel, limited, 1) == [b"one"]
+
+
 def test_a_cycle_delivers_once(connection: BlockingConnection, created: Created) -> None:
     channel = confirming_channel(connection)
     first = exchange(channel, created, "fanout", "one")

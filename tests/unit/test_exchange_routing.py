@@ -6,8 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlight_py.backend.message_codec import ROUTED_ELSEWHERE_KEY, skipped_by
-from starlight_py.gateway.exchange_routing import chain_copies, copy_destinations
+from starlight_py.backend.message_codec import (
+    IN_PRIORITY_BAND_KEY,
+    REFUSED_BY_KEY,
+    ROUTED_ELSEWHERE_KEY,
+    skipped_by,
+)
+from starlight_py.gateway.exchange_routing import (
+    ChainRoute,
+    chain_copies,
+    copy_destinations,
+    written_copies,
+)
 from starlight_py.metadata.records import ExchangeBinding
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
@@ -232,3 +242,28 @@ def test_a_route_is_complete_when_every_reached_exchange_gets_a_copy() -> None:
     assert route({"a": {"q1"}, "b": {"q2"}})
     assert not route({"a": {"q1"}, "b": {"q1"}})
     assert not route({"a": {"q1"}})
+
+
+def test_written_copies_mark_refusing_queues_and_add_priority_bands() -> None:
+    a, b = Exchange("a", "fanout"), Exchange("b", "fanout")
+    route = ChainRoute(
+        [(a, frozenset()), (b, frozenset({"q1"}))],
+        {"q1", "full", "prio"},
+        2,
+        (frozenset({"q1", "full"}), frozenset({"prio"})),
+    )
+    written = written_copies(
+        NAMESPACE, "/", route, "k", None, {}, None, {"prio": 10}, 7, frozenset({"full"})
+    )
+    topics = [topic for topic, _, _ in written]
+    assert topics == [
+        naming.exchange_topic(NAMESPACE, "a", "fanout", "k"),
+        naming.exchange_topic(NAMESPACE, "b", "fanout", "k"),
+        naming.priority_band_topic(NAMESPACE, "prio", 7),
+    ]
+    first, second, band = (properties for _, properties, _ in written)
+    assert first[REFUSED_BY_KEY] == '["full"]'
+    assert skipped_by(first) == {"full"}
+    assert skipped_by(second) == {"q1", "prio"}
+    assert second[IN_PRIORITY_BAND_KEY] == '["prio"]'
+    assert "prio" not in skipped_by(band)
