@@ -211,6 +211,31 @@ def test_a_full_reject_publish_queue_behind_a_binding_refuses_and_nacks(
     assert drain(channel, limited, 1) == [b"one"]
 
 
+def test_dead_letters_follow_the_dead_letter_exchanges_bindings(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = confirming_channel(connection)
+    dead_letter_exchange = exchange(channel, created, "fanout", "dlx")
+    destination = exchange(channel, created, "direct", "dst")
+    channel.exchange_bind(destination, dead_letter_exchange, "")
+    work = created.queue("work")
+    # Dead-lettered with its routing key (the work queue's name: published to "").
+    dead = bound_queue(channel, created, destination, work)
+    channel.queue_declare(
+        work, exclusive=True, arguments={"x-dead-letter-exchange": dead_letter_exchange}
+    )
+    channel.basic_publish("", work, b"doomed")
+    method = None
+    deadline = time.monotonic() + 5
+    while method is None and time.monotonic() < deadline:
+        method, _, _ = channel.basic_get(work)
+        if method is None:
+            connection.sleep(0.02)
+    assert method is not None
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert drain(channel, dead, 1) == [b"doomed"]
+
+
 def test_a_cycle_delivers_once(connection: BlockingConnection, created: Created) -> None:
     channel = confirming_channel(connection)
     first = exchange(channel, created, "fanout", "one")
