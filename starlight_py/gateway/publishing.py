@@ -490,8 +490,8 @@ class Publisher:
     ) -> bool:
         """Publish to an exchange with exchange-to-exchange bindings: one copy per reached
         exchange that serves a queue first (gateway/exchange_routing.py). False (nothing
-        done) when no queue is reached: then the message is unroutable as usual (maybe for
-        an alternate exchange)."""
+        done) when no queue is reached, through the bindings and the alternate exchanges
+        of the walk: then the message is unroutable."""
         vhost = self.ctx.vhost
         routing_key, headers = method.routing_key, properties.headers
         route = await route_through_bindings(
