@@ -1,9 +1,9 @@
 """RabbitMQ's `definitions.json` (as `rabbitmqctl export_definitions` writes it), to and from
 the topology in ZooKeeper.
 
-What maps: vhosts, exchanges, queues, bindings of exchanges to queues, permissions. What does
-not, and is reported instead of silently dropped: users (clients authenticate with tokens or
-certificates, not passwords), exchange-to-exchange bindings, policies, parameters, limits.
+What maps: vhosts, exchanges, queues, bindings of exchanges to queues and to exchanges,
+permissions. What does not, and is reported instead of silently dropped: users (clients
+authenticate with tokens or certificates, not passwords), policies, parameters, limits.
 The predeclared `amq.*` exchanges and the default exchange's implicit bindings are not
 listed, as in RabbitMQ's export. A vhost's Pulsar namespace travels in its `metadata` as
 `starlight_namespace`, which RabbitMQ ignores, so export -> import keeps explicit mappings.
@@ -22,7 +22,7 @@ from starlight_py.admin import inventory
 from starlight_py.admin.context import ADMIN_OWNER, AdminContext
 from starlight_py.amqp.errors import AMQPError
 from starlight_py.metadata.permissions import PermissionStore
-from starlight_py.metadata.records import VhostRecord
+from starlight_py.metadata.records import ExchangeBinding, VhostRecord
 from starlight_py.model.namespaces import InvalidVhostName, NamespaceName
 from starlight_py.model.permissions import Permission
 from starlight_py.model.topology import DEFAULT_EXCHANGE, EXCHANGE_TYPES, Exchange, Queue
@@ -112,6 +112,17 @@ def export_definitions(ctx: AdminContext) -> dict[str, Any]:
                     "destination_type": "queue",
                     "routing_key": binding.routing_key,
                     "arguments": json_value(binding.arguments),
+                }
+            )
+        for e2e in inventory.exchange_bindings(ctx, record.name):
+            document["bindings"].append(
+                {
+                    "source": e2e.source,
+                    "vhost": record.name,
+                    "destination": e2e.destination,
+                    "destination_type": "exchange",
+                    "routing_key": e2e.routing_key,
+                    "arguments": json_value(e2e.arguments),
                 }
             )
     for vhost, principal, permission in PermissionStore(ctx.zk, ctx.paths).list():
@@ -214,10 +225,13 @@ def _import(ctx: AdminContext, document: dict[str, Any], report: ImportReport) -
             f"binding '{item['source']}' -> '{item['destination']}' "
             f"(key '{item.get('routing_key', '')}') in vhost '{item.get('vhost', '/')}'"
         )
-        if item.get("destination_type", "queue") != "queue":
-            report.skipped.append(f"{what}: exchange-to-exchange bindings are not supported")
-            continue
-        _attempt(report, what, _binding, ctx, vhost_of, item, what, report)
+        destination_type = item.get("destination_type", "queue")
+        if destination_type == "exchange":
+            _attempt(report, what, _exchange_binding, ctx, vhost_of, item, what, report)
+        elif destination_type == "queue":
+            _attempt(report, what, _binding, ctx, vhost_of, item, what, report)
+        else:
+            report.failed.append(f"{what}: unknown destination_type '{destination_type}'")
     store = PermissionStore(ctx.zk, ctx.paths)
     for item in _items(document, "permissions"):
         what = f"permissions of '{item['user']}' in vhost '{item['vhost']}'"
@@ -325,6 +339,28 @@ def _binding(
     ctx.topology.bind(
         record.name, record.namespace, destination, source, routing_key, arguments, ADMIN_OWNER
     )
+    if present:
+        report.add_existing("bindings")
+    else:
+        report.add_created("bindings", what.removeprefix("binding "))
+
+
+def _exchange_binding(
+    ctx: AdminContext,
+    vhost_of: VhostLookup,
+    item: dict[str, Any],
+    what: str,
+    report: ImportReport,
+) -> None:
+    record = vhost_of(item)
+    source, destination = str(item["source"]), str(item["destination"])
+    if DEFAULT_EXCHANGE in (source, destination):
+        raise ValueError("the default exchange cannot be bound to or from")
+    routing_key = str(item.get("routing_key", ""))
+    arguments = dict(item.get("arguments") or {})
+    wanted = ExchangeBinding(source, destination, routing_key, arguments)
+    present = ctx.zk.get(ctx.paths.exchange_e2e_entry(record.name, wanted)) is not None
+    ctx.topology.exchange_bindings.bind(record.name, destination, source, routing_key, arguments)
     if present:
         report.add_existing("bindings")
     else:

@@ -8,6 +8,7 @@ from typing import Any
 from starlight_py.admin.context import AdminContext
 from starlight_py.metadata.records import (
     BindingSet,
+    ExchangeBinding,
     RecordError,
     RetiredSubscription,
     VhostRecord,
@@ -89,6 +90,17 @@ def bindings(ctx: AdminContext, vhost: str, include_default: bool = True) -> lis
                     )
                 )
     return sorted(result, key=lambda b: (b.source, b.destination, b.routing_key))
+
+
+def exchange_bindings(ctx: AdminContext, vhost: str) -> list[ExchangeBinding]:
+    """Every exchange-to-exchange binding of the vhost (by source, destination, key)."""
+    result = [
+        r
+        for exchange in exchanges(ctx, vhost)
+        for r in _records(ctx, ctx.paths.exchange_e2e(vhost, exchange.name))
+        if isinstance(r, ExchangeBinding)
+    ]
+    return sorted(result, key=lambda b: (b.source, b.destination, b.routing_key, b.key))
 
 
 def retired(ctx: AdminContext, vhost: str) -> list[RetiredSubscription]:

@@ -223,10 +223,15 @@ def purge_queue(ctx: AdminContext, args: argparse.Namespace) -> Report:
 def list_bindings(ctx: AdminContext, args: argparse.Namespace) -> Table:
     ctx.vhost(args.vhost)
     rows = [
-        (b.source, b.destination, b.routing_key, b.arguments)
+        (b.source, b.destination, "queue", b.routing_key, b.arguments)
         for b in inventory.bindings(ctx, args.vhost)
     ]
-    return Table(("source", "destination", "routing_key", "arguments"), rows)
+    rows += [
+        (b.source, b.destination, "exchange", b.routing_key, b.arguments)
+        for b in inventory.exchange_bindings(ctx, args.vhost)
+    ]
+    rows.sort(key=lambda row: (row[0], row[1], row[2], row[3]))
+    return Table(("source", "destination", "destination_type", "routing_key", "arguments"), rows)
 
 
 def declare_binding(ctx: AdminContext, args: argparse.Namespace) -> Report:

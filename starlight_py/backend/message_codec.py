@@ -35,6 +35,9 @@ REFUSED_BY_KEY = "starlight.refused-by"
 # Priority queues (a JSON list of names) that got the message on their priority band topic
 # instead: their subscriptions on the exchange's topic skip this copy.
 IN_PRIORITY_BAND_KEY = "starlight.in-priority-band"
+# Queues (a JSON list of names) that get this message from the copy on another exchange's
+# topic (exchange-to-exchange bindings reach several): their subscriptions skip this copy.
+ROUTED_ELSEWHERE_KEY = "starlight.routed-elsewhere"
 _READABLE = (
     "content_type",
     "content_encoding",
@@ -198,10 +201,19 @@ def refused_by_value(queues: set[str]) -> str:
 
 def skipped_by(pulsar_properties: dict[str, str]) -> frozenset[str]:
     """The queues whose subscriptions skip this copy of a message: they refused it at
-    publish, or got it on a priority band (usually none, with one dictionary lookup)."""
-    if REFUSED_BY_KEY not in pulsar_properties and IN_PRIORITY_BAND_KEY not in pulsar_properties:
+    publish, got it on a priority band, or get it from another exchange's copy (usually
+    none, with three dictionary lookups)."""
+    if (
+        REFUSED_BY_KEY not in pulsar_properties
+        and IN_PRIORITY_BAND_KEY not in pulsar_properties
+        and ROUTED_ELSEWHERE_KEY not in pulsar_properties
+    ):
         return frozenset()
-    return refused_by(pulsar_properties) | _queue_list(pulsar_properties, IN_PRIORITY_BAND_KEY)
+    return (
+        refused_by(pulsar_properties)
+        | _queue_list(pulsar_properties, IN_PRIORITY_BAND_KEY)
+        | _queue_list(pulsar_properties, ROUTED_ELSEWHERE_KEY)
+    )
 
 
 def refused_by(pulsar_properties: dict[str, str]) -> frozenset[str]:

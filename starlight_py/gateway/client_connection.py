@@ -417,12 +417,6 @@ class ClientConnection:
 
             if await self.services.topology_methods.handle(self.vhost, session, method, reply):
                 return
-        if isinstance(method, commands.Exchange.Bind | commands.Exchange.Unbind):
-            raise NotImplementedMethod(
-                "exchange-to-exchange bindings are not supported yet: each queue must still "
-                "get every message once (see docs/compatibility.md)",
-                method_ids(method),
-            )
         raise NotImplementedMethod(f"{method.name} is not implemented yet", method_ids(method))
 
     def _message_flow(self, ctx: VhostContext) -> MessageFlow:

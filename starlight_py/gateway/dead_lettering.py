@@ -38,6 +38,11 @@ from starlight_py.backend.pulsar_client import (
     ReceivedMessage,
 )
 from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.exchange_routing import (
+    follows_bindings,
+    route_through_bindings,
+    written_copies,
+)
 from starlight_py.gateway.message_copies import message_copies
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.topology_methods import VhostContext
@@ -326,6 +331,10 @@ class DeadLetters:
         dead_properties = dead_lettered_properties(
             properties, death, drop_cc=policy.dead_letter_routing_key is not None
         )
+        if follows_bindings(self.cache, self.ctx.vhost, exchange):
+            return await self._send_through_bindings(
+                exchange, dead_key, dead_properties, body, done, sending
+            )
         if not await self._routes(exchange, dead_key, dead_properties.headers):
             return False  # unroutable dead letters are dropped
         topic = naming.exchange_topic(
@@ -351,6 +360,44 @@ class DeadLetters:
         pending = _Copies(len(copies), done)
         sending()
         for copy_topic, copy_properties in copies:
+            producer = await self.producers.get(copy_topic)
+            while not producer.has_room():
+                await trio.sleep(SEND_BACKOFF)
+            producer.send_tracked(body, copy_properties, self._copy_callback(pending, producer))
+        return True
+
+    async def _send_through_bindings(
+        self,
+        exchange: Exchange,
+        dead_key: str,
+        dead_properties: commands.Basic.Properties,
+        body: bytes,
+        done: Callable[[bool, str], None],
+        sending: Callable[[], None],
+    ) -> bool:
+        """`_send` for a dead-letter exchange with exchange-to-exchange bindings: one copy
+        per reached exchange that serves a queue first (gateway/exchange_routing.py)."""
+        vhost = self.ctx.vhost
+        headers = dead_properties.headers
+        route = await route_through_bindings(
+            self.cache, self.topology, vhost, exchange, dead_key, headers
+        )
+        if route is None:
+            return False  # unroutable dead letters are dropped
+        copies = written_copies(
+            self.ctx.namespace,
+            vhost,
+            route,
+            dead_key,
+            headers,
+            encode_properties(exchange.name, dead_key, dead_properties),
+            None,
+            self.cache.max_priorities(vhost),
+            dead_properties.priority,
+        )
+        pending = _Copies(len(copies), done)
+        sending()
+        for copy_topic, copy_properties, _ in copies:
             producer = await self.producers.get(copy_topic)
             while not producer.has_room():
                 await trio.sleep(SEND_BACKOFF)

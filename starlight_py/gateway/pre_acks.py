@@ -61,6 +61,9 @@ class _Stored:
     position: MessageIdRecord
     message_id: Any
     at: float  # time.monotonic() when stored
+    # Queues that get the message from another copy (exchange-to-exchange bindings):
+    # their subscriptions on this topic do not route this copy either.
+    skipped: frozenset[str] = frozenset()
 
 
 class PreAcks:
@@ -106,8 +109,10 @@ class PreAcks:
         routing_key: str,
         headers: dict[str, Any] | None,
         topic: naming.TopicName,
+        skipped: frozenset[str] = frozenset(),
     ) -> StoredCallback:
-        """For ProducerHandle.send_tracked: records the stored message (pulsar thread)."""
+        """For ProducerHandle.send_tracked: records the stored message (pulsar thread).
+        `skipped`: queues whose subscriptions on `topic` skip this copy."""
         append = self._stored.append
 
         def stored(position: MessageIdRecord, message_id: Any) -> None:
@@ -121,6 +126,7 @@ class PreAcks:
                     position,
                     message_id,
                     time.monotonic(),
+                    skipped,
                 )
             )
 
@@ -146,7 +152,7 @@ class PreAcks:
         for binding_set in self.cache.binding_sets_of_exchange(item.vhost, item.exchange):
             if binding_set.topic != item.topic.local:
                 continue
-            if any_binding_routes(
+            if binding_set.queue not in item.skipped and any_binding_routes(
                 binding_set.exchange_type,
                 binding_set.entries,
                 item.routing_key,

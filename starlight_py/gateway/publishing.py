@@ -42,6 +42,11 @@ from starlight_py.backend.pulsar_client import (
     ProducerHandle,
 )
 from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.exchange_routing import (
+    follows_bindings,
+    route_through_bindings,
+    written_copies,
+)
 from starlight_py.gateway.message_copies import message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.producer_pool import ProducerPool
@@ -214,8 +219,8 @@ class Publisher:
         cache = self.cache
         version = cache.changes
         exchange = DEFAULT_EXCHANGE if name == "" else cache.exchange(vhost, name)
-        if exchange is None:
-            return False
+        if exchange is None or follows_bindings(cache, vhost, exchange):
+            return False  # exchange-to-exchange bindings: `publish` follows them
         self._check_message(exchange, properties)
         routing_key = method.routing_key
         headers = properties.headers
@@ -434,7 +439,15 @@ class Publisher:
         headers: dict[str, Any] | None = properties.headers
         self._note_expiring(exchange, routing_key, properties)
         seq = target.reserve_publish()
-        path = await self._route(exchange, routing_key, headers)
+        path: tuple[Exchange, ...] = ()
+        if follows_bindings(self.cache, self.ctx.vhost, exchange):
+            # Alternate exchanges are followed in the same walk, as on RabbitMQ.
+            if await self._publish_through_bindings(
+                exchange, seq, target, method, properties, body, raw_properties
+            ):
+                return
+        else:
+            path = await self._route(exchange, routing_key, headers)
         self._count += 1
         self._bytes += len(body)
         if not path:
@@ -464,6 +477,64 @@ class Publisher:
             await self._wait_for_room(producer)
             stored = plan.pre_ack if copy_topic == plan.topic else None
             self._send(producer, body, copy_properties, outcome, plan.delay_ms, stored)
+
+    async def _publish_through_bindings(
+        self,
+        exchange: Exchange,
+        seq: int,
+        target: OutcomeTarget,
+        method: Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        raw_properties: bytes,
+    ) -> bool:
+        """Publish to an exchange with exchange-to-exchange bindings: one copy per reached
+        exchange that serves a queue first (gateway/exchange_routing.py). False (nothing
+        done) when no queue is reached, through the bindings and the alternate exchanges
+        of the walk: then the message is unroutable."""
+        vhost = self.ctx.vhost
+        routing_key, headers = method.routing_key, properties.headers
+        route = await route_through_bindings(
+            self.cache, self.topology, vhost, exchange, routing_key, headers
+        )
+        if route is None:
+            return False
+        self._count += 1
+        self._bytes += len(body)
+        limits = self.cache.length_limits(vhost)  # usually empty: one lookup
+        refusing = await self._refusing(limits, route.queues, method, properties, body)
+        if refusing is None:
+            target.settle_publishes([(seq, False)])  # every queue reached refused it
+            return True
+        expires_in = (
+            None if properties.expiration is None else message_expiration_ms(properties.expiration)
+        )
+        if self.expiring is not None and expires_in is not None:
+            at = int(time.time() * 1000) + expires_in
+            for queue in sorted(route.queues):
+                self.expiring(vhost, queue, at)
+        pulsar_properties = encode_properties(
+            method.exchange, routing_key, properties, raw_properties
+        )
+        written = written_copies(
+            self.ctx.namespace,
+            vhost,
+            route,
+            routing_key,
+            headers,
+            pulsar_properties,
+            self.pre_acks,
+            self.cache.max_priorities(vhost),
+            properties.priority,
+            frozenset(refusing),
+        )
+        delay_ms = message_delay_ms(headers) if exchange.delays_messages else 0
+        outcome = PublishOutcome(target, seq, len(written), bool(refusing))
+        for copy_topic, copy_properties, stored in written:
+            producer = await self.producers.get(copy_topic)
+            await self._wait_for_room(producer)
+            self._send(producer, body, copy_properties, outcome, delay_ms, stored)
+        return True
 
     async def _plan(
         self,
@@ -500,23 +571,9 @@ class Publisher:
         )
         if lagging and routing_key in priorities:
             routed.add(routing_key)
-        refusing: set[str] = set()
-        if limits and self.lengths is not None:
-            limited = {q: limits[q] for q in routed if q in limits}
-            refusing = await self.lengths.refusing(limited, len(body)) if limited else set()
-            if refusing:
-                # RabbitMQ's reject-publish: the publisher gets a nack, the queues with
-                # room still get the message.
-                self.metrics.refused()
-                for queue in sorted(refusing):
-                    if limited[queue].overflow == REJECT_PUBLISH_DLX:
-                        await self.lengths.dead_letter_refused(
-                            queue, method.exchange, routing_key, properties, body
-                        )
-                if refusing >= routed:
-                    return None
-            if limited:
-                self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
+        refusing = await self._refusing(limits, routed, method, properties, body)
+        if refusing is None:
+            return None
         copies = message_copies(
             self.ctx.namespace,
             topic,
@@ -531,6 +588,36 @@ class Publisher:
         banded = bool(routed & priorities.keys())
         pre_ack = None if banded else self._pre_ack(target, routing_key, headers, topic)
         return _Plan(copies, delay_ms, bool(refusing), topic, pre_ack)
+
+    async def _refusing(
+        self,
+        limits: dict[str, LengthLimit],
+        routed: set[str],
+        method: Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+    ) -> set[str] | None:
+        """The `routed` queues that refuse the message at their length limit (dead-lettering
+        it for reject-publish-dlx ones); None when every one does."""
+        refusing: set[str] = set()
+        if not limits or self.lengths is None:
+            return refusing
+        limited = {q: limits[q] for q in routed if q in limits}
+        refusing = await self.lengths.refusing(limited, len(body)) if limited else set()
+        if refusing:
+            # RabbitMQ's reject-publish: the publisher gets a nack, the queues with room
+            # still get the message.
+            self.metrics.refused()
+            for queue in sorted(refusing):
+                if limited[queue].overflow == REJECT_PUBLISH_DLX:
+                    await self.lengths.dead_letter_refused(
+                        queue, method.exchange, method.routing_key, properties, body
+                    )
+            if refusing >= routed:
+                return None
+        if limited:
+            self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
+        return refusing
 
     async def _with_fresh_priority(self, queue: str, priorities: dict[str, int]) -> dict[str, int]:
         found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)

@@ -63,7 +63,7 @@ log = logging.getLogger("starlight.server")
 # confirm_delivery without publisher_confirms, for instance).
 CAPABILITIES: FieldTable = {
     "publisher_confirms": True,
-    "exchange_exchange_bindings": False,
+    "exchange_exchange_bindings": True,
     "basic.nack": True,
     "consumer_cancel_notify": True,
     "connection.blocked": True,
@@ -228,7 +228,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         vhosts,
         zookeeper,
         topology,
-        TopologyMethods(topology, producers.flush_all),
+        TopologyMethods(topology, producers.flush_all, cache),
         proxy_id,
         cache,
         backend,

@@ -16,6 +16,8 @@ from starlight_py.amqp.errors import AccessRefused, NotFound
 from starlight_py.amqp.field_codec import unvalidated
 from starlight_py.gateway.authorization import ALLOW_ALL, AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.records import ExchangeBinding
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.permissions import Access
 from starlight_py.model.topology import (
@@ -30,6 +32,7 @@ from starlight_py.model.topology import (
 from starlight_py.topology.service import TopologyService, server_named_queue
 
 T = TypeVar("T")
+CACHE_WAIT = 2.0  # seconds
 Reply = Callable[[PamqpMethod], None]
 
 
@@ -63,11 +66,17 @@ def resolve_queue_name(
 
 class TopologyMethods:
     def __init__(
-        self, service: TopologyService, flush_publishes: Callable[[], None] = lambda: None
+        self,
+        service: TopologyService,
+        flush_publishes: Callable[[], None] = lambda: None,
+        cache: TopologyCache | None = None,
     ) -> None:
         self.service = service
         # Before an unbind or a delete: publishes made before it must be written first.
         self.flush_publishes = flush_publishes
+        # Publishes follow exchange-to-exchange bindings by this cache: (un)bind-ok waits
+        # until it shows the change, so this proxy's next publish sees it.
+        self.cache = cache
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(call, *args)
@@ -276,6 +285,66 @@ class TopologyMethods:
         )
         reply(commands.Queue.UnbindOk())
 
+    async def _exchange_binding(
+        self, ctx: VhostContext, method: commands.Exchange.Bind | commands.Exchange.Unbind
+    ) -> tuple[str, str, str, dict[str, Any]]:
+        """(destination, source, routing key, arguments) of an exchange.bind or unbind,
+        after RabbitMQ's checks in its order: write on the destination, neither may be the
+        default exchange, read on the source."""
+        ids = (40, 30) if isinstance(method, commands.Exchange.Bind) else (40, 40)
+        destination, source = _text(method.destination), _text(method.source)
+        await ctx.access.check_exchange(Access.WRITE, destination, ids)
+        if DEFAULT_EXCHANGE in (destination, source):
+            raise AccessRefused("operation not permitted on the default exchange", ids)
+        await ctx.access.check_exchange(Access.READ, source, ids)
+        return destination, source, _text(method.routing_key), dict(method.arguments or {})
+
+    async def _exchange_bind(
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Exchange.Bind,
+        reply: Reply,
+    ) -> None:
+        destination, source, key, arguments = await self._exchange_binding(ctx, method)
+        binding = await self._run(
+            self.service.exchange_bindings.bind, ctx.vhost, destination, source, key, arguments
+        )
+        await self._cache_shows(ctx.vhost, binding, True)
+        if not method.nowait:
+            reply(commands.Exchange.BindOk())
+
+    async def _exchange_unbind(
+        self,
+        ctx: VhostContext,
+        session: ChannelSession,
+        method: commands.Exchange.Unbind,
+        reply: Reply,
+    ) -> None:
+        destination, source, key, arguments = await self._exchange_binding(ctx, method)
+        await self._run(self.flush_publishes)
+        binding = await self._run(
+            self.service.exchange_bindings.unbind, ctx.vhost, destination, source, key, arguments
+        )
+        await self._cache_shows(ctx.vhost, binding, False)
+        if not method.nowait:
+            reply(commands.Exchange.UnbindOk())
+
+    async def _cache_shows(self, vhost: str, binding: ExchangeBinding, present: bool) -> None:
+        """Wait (at most CACHE_WAIT seconds) until this proxy's cache has (or no longer has)
+        the binding."""
+        cache = self.cache
+        if cache is None:
+            return
+
+        def shown() -> bool:
+            name = binding.entry_name
+            bindings = cache.exchange_bindings_from(vhost, binding.source)
+            return any(b.entry_name == name for b in bindings) == present
+
+        if not shown():
+            await self._run(cache.wait_until, shown, CACHE_WAIT)
+
     async def release_connection(self, ctx: VhostContext) -> None:
         """The connection closed: its exclusive queues go with it."""
         try:
@@ -302,6 +371,8 @@ class TopologyMethods:
 _HANDLERS: dict[type, Callable[..., Awaitable[None]]] = {
     commands.Exchange.Declare: TopologyMethods._exchange_declare,
     commands.Exchange.Delete: TopologyMethods._exchange_delete,
+    commands.Exchange.Bind: TopologyMethods._exchange_bind,
+    commands.Exchange.Unbind: TopologyMethods._exchange_unbind,
     commands.Queue.Declare: TopologyMethods._queue_declare,
     commands.Queue.Delete: TopologyMethods._queue_delete,
     commands.Queue.Bind: TopologyMethods._queue_bind,

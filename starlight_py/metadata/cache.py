@@ -19,6 +19,7 @@ from kazoo.recipe.cache import TreeCache, TreeEvent
 
 from starlight_py.metadata.records import (
     BindingSet,
+    ExchangeBinding,
     Paths,
     RecordError,
     RetiredSubscription,
@@ -60,6 +61,8 @@ class TopologyCache:
         # (vhost, queue) -> {topic: BindingSet}
         self._sets_by_queue: dict[tuple[str, str], dict[str, BindingSet]] = {}
         self._retired: dict[tuple[str, str], RetiredSubscription] = {}
+        # (vhost, source exchange) -> {znode name: exchange-to-exchange binding}
+        self._e2e: dict[tuple[str, str], dict[str, ExchangeBinding]] = {}
         self._vhosts: dict[str, VhostRecord] = {}
         # vhost -> {queue: its length limit}, for the publish path's overflow checks
         self._limited: dict[str, dict[str, LengthLimit]] = {}
@@ -98,6 +101,15 @@ class TopologyCache:
     def binding_sets_of_exchange(self, vhost: str, exchange: str) -> list[BindingSet]:
         with self._lock:
             return list(self._sets_by_exchange.get((vhost, exchange), {}).values())
+
+    def has_exchange_bindings(self, vhost: str, source: str) -> bool:
+        """Is `source` the source of any exchange-to-exchange binding (one dict lookup)?"""
+        return (vhost, source) in self._e2e
+
+    def exchange_bindings_from(self, vhost: str, source: str) -> list[ExchangeBinding]:
+        """The exchange-to-exchange bindings whose source is `source`."""
+        with self._lock:
+            return list(self._e2e.get((vhost, source), {}).values())
 
     def retired(self, vhost: str, subscription: str) -> RetiredSubscription | None:
         with self._lock:
@@ -256,6 +268,15 @@ class TopologyCache:
                     self._retired[(vhost, record.subscription)] = record
                 elif raw is None:
                     self._retired.pop((vhost, name), None)
+            elif kind == "exchanges" and len(parts) == 5 and parts[3] == "e2e":
+                key = (vhost, name)
+                if isinstance(record, ExchangeBinding):
+                    self._e2e.setdefault(key, {})[parts[4]] = record
+                elif raw is None:
+                    bindings = self._e2e.get(key, {})
+                    bindings.pop(parts[4], None)
+                    if not bindings:
+                        self._e2e.pop(key, None)
             elif kind == "queues" and len(parts) == 5 and parts[3] == "bindings":
                 path_key = "/".join(parts)
                 if isinstance(record, BindingSet):
@@ -293,9 +314,11 @@ def _index(index: dict[str, dict[str, V]], vhost: str, name: str, value: V | Non
 
 def _indexed(parts: list[str]) -> bool:
     """Whether a path (split below the vhosts znode) is one the cache indexes: exchanges,
-    queues, retired subscriptions and binding sets."""
+    queues, retired subscriptions, binding sets and exchange-to-exchange bindings."""
     if len(parts) == 1:
         return True  # a vhost record
     if len(parts) == 3:
         return parts[1] in ("exchanges", "queues", "retired")
-    return len(parts) == 5 and parts[1] == "queues" and parts[3] == "bindings"
+    if len(parts) != 5:
+        return False
+    return (parts[1], parts[3]) in (("queues", "bindings"), ("exchanges", "e2e"))

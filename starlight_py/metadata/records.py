@@ -5,6 +5,8 @@ Layout under the root (default `/starlight`), version 1:
     {root}/v1/vhosts/{vhost}                          VhostRecord
     {root}/v1/vhosts/{vhost}/exchanges/{name}         Exchange
     {root}/v1/vhosts/{vhost}/exchanges/{name}/bound/{queue}~~{topic}   (empty: index of bindings)
+    {root}/v1/vhosts/{vhost}/exchanges/{source}/e2e/{destination}~~{key}  ExchangeBinding
+    {root}/v1/vhosts/{vhost}/exchanges/{destination}/e2e-in/{source}~~{key}  (empty: index)
     {root}/v1/vhosts/{vhost}/queues/{name}            Queue
     {root}/v1/vhosts/{vhost}/queues/{name}/bindings/{topic}           BindingSet
     {root}/v1/vhosts/{vhost}/queues/{name}/consumers/{consumer}  (ephemeral, per AMQP consumer)
@@ -28,6 +30,7 @@ JSON with `"schema": 1`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -86,6 +89,20 @@ class Paths:
 
     def exchange_bound_entry(self, vhost: str, exchange: str, queue: str, topic: str) -> str:
         return f"{self.exchange_bound(vhost, exchange)}/{segment(queue)}~~{topic_segment(topic)}"
+
+    def exchange_e2e(self, vhost: str, source: str) -> str:
+        """The exchange-to-exchange bindings whose source is `source`."""
+        return f"{self.exchange(vhost, source)}/e2e"
+
+    def exchange_e2e_entry(self, vhost: str, binding: ExchangeBinding) -> str:
+        return f"{self.exchange_e2e(vhost, binding.source)}/{binding.entry_name}"
+
+    def exchange_e2e_in(self, vhost: str, destination: str) -> str:
+        """Index of the exchange-to-exchange bindings whose destination is `destination`."""
+        return f"{self.exchange(vhost, destination)}/e2e-in"
+
+    def exchange_e2e_in_entry(self, vhost: str, binding: ExchangeBinding) -> str:
+        return f"{self.exchange_e2e_in(vhost, binding.destination)}/{binding.index_name}"
 
     def queues(self, vhost: str) -> str:
         return f"{self.vhost(vhost)}/queues"
@@ -218,6 +235,35 @@ class BindingSet:
 
 
 @dataclass(frozen=True)
+class ExchangeBinding:
+    """One exchange.bind: messages `source` routes with this key and these arguments (by
+    the source's type) are routed onward by `destination`."""
+
+    source: str
+    destination: str
+    routing_key: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """A stable digest of the routing key and arguments (part of the znode names)."""
+        text = json.dumps(
+            [self.routing_key, table_to_json(self.arguments)], sort_keys=True, default=str
+        )
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+    @property
+    def entry_name(self) -> str:
+        """Its znode's name under the source's `e2e`."""
+        return f"{segment(self.destination)}~~{self.key}"
+
+    @property
+    def index_name(self) -> str:
+        """Its index znode's name under the destination's `e2e-in`."""
+        return f"{segment(self.source)}~~{self.key}"
+
+
+@dataclass(frozen=True)
 class RetiredSubscription:
     """A subscription no binding uses any more. `drain`: delete it only once every message
     up to `end` is acknowledged (unbind); otherwise delete at once (queue deleted)."""
@@ -315,6 +361,14 @@ def encode(record: object) -> bytes:
                 for e in record.entries
             ],
         }
+    elif isinstance(record, ExchangeBinding):
+        body = {
+            "kind": "exchange_binding",
+            "source": record.source,
+            "destination": record.destination,
+            "routing_key": record.routing_key,
+            "arguments": table_to_json(record.arguments),
+        }
     elif isinstance(record, RetiredSubscription):
         body = {
             "kind": "retired_subscription",
@@ -335,7 +389,15 @@ def encode(record: object) -> bytes:
 
 def decode(
     data: bytes,
-) -> VhostRecord | Exchange | Queue | BindingSet | RetiredSubscription | PermissionRecord:
+) -> (
+    VhostRecord
+    | Exchange
+    | Queue
+    | BindingSet
+    | RetiredSubscription
+    | PermissionRecord
+    | ExchangeBinding
+):
     """Parse a record; raises RecordError for corrupt data or an unknown schema."""
     try:
         body = json.loads(data)
@@ -386,6 +448,13 @@ def decode(
                 ),
                 body.get("created", 0.0),
                 body.get("exchange_type", "direct"),
+            )
+        if kind == "exchange_binding":
+            return ExchangeBinding(
+                body["source"],
+                body["destination"],
+                body["routing_key"],
+                table_from_json(body["arguments"]),
             )
         if kind == "retired_subscription":
             return RetiredSubscription(

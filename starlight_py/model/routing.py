@@ -176,3 +176,93 @@ def route_with_alternates(
         alternate = current.alternate_exchange
         current = exchange_named(alternate) if alternate is not None else None
     return ()
+
+
+class _RoutesOnward(Protocol):
+    """An exchange-to-exchange binding as routing sees it."""
+
+    @property
+    def destination(self) -> str: ...
+
+    @property
+    def routing_key(self) -> str: ...
+
+    @property
+    def arguments(self) -> Mapping[str, Any]: ...
+
+
+class _Routes(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def routing_type(self) -> str: ...
+
+    @property
+    def alternate_exchange(self) -> str | None: ...
+
+
+_Routing = TypeVar("_Routing", bound=_Routes)
+
+
+def exchanges_reached(
+    exchange: _Routing,
+    routing_key: str,
+    headers: Mapping[str, Any] | None,
+    bindings_from: Callable[[str], Iterable[_RoutesOnward]],
+    exchange_named: Callable[[str], _Routing | None],
+    routes_a_queue: Callable[[_Routing], bool] = lambda _x: False,
+) -> tuple[_Routing, ...]:
+    """The exchanges a message published to `exchange` reaches through exchange-to-exchange
+    bindings (RabbitMQ's exchange.bind), breadth first, `exchange` first: a binding whose
+    source routes the message (by the source's type, as a queue binding would) passes it to
+    its destination with the same routing key and headers. An exchange that routes the
+    message nowhere (no queue binding, `routes_a_queue`, and no exchange binding matches)
+    passes it to its alternate exchange, as RabbitMQ's walk does. Each exchange appears
+    once, so cycles end; a destination that does not exist is skipped."""
+    reached: list[_Routing] = [exchange]
+    seen = {exchange.name}
+    index = 0
+
+    def reach(name: str) -> None:
+        if name in seen:
+            return
+        destination = exchange_named(name)
+        if destination is None:
+            return
+        seen.add(name)
+        reached.append(destination)
+
+    while index < len(reached):
+        source = reached[index]
+        index += 1
+        onward = False
+        for binding in bindings_from(source.name):
+            if binding_matches(
+                source.routing_type, binding.routing_key, binding.arguments, routing_key, headers
+            ):
+                onward = True
+                reach(binding.destination)
+        alternate = source.alternate_exchange
+        if not onward and alternate is not None and not routes_a_queue(source):
+            reach(alternate)
+    return tuple(reached)
+
+
+def assign_queues(
+    routed: Sequence[tuple[str, set[str] | frozenset[str]]],
+) -> list[tuple[str, frozenset[str]]]:
+    """Where a message that reached several exchanges is written, so that each queue gets it
+    once: `routed` is each reached exchange (in the order reached) with the queues its own
+    bindings route the message to. The result is the exchanges whose topic gets a copy, with
+    the queues whose subscriptions on that topic must skip the copy (they get it from an
+    exchange reached earlier). Each queue goes to the first exchange that routes it; an
+    exchange that routes no queue, or only queues served earlier, gets no copy."""
+    assigned: set[str] = set()
+    copies: list[tuple[str, frozenset[str]]] = []
+    for name, queues in routed:
+        if not queues or queues <= assigned:
+            continue
+        copies.append((name, frozenset(queues & assigned)))
+        assigned |= queues
+    return copies

@@ -69,16 +69,16 @@ from starlight_py.model.topology import (
     validate_exchange,
     validate_queue_arguments,
 )
+from starlight_py.topology.errors import TopologyConflict
+from starlight_py.topology.exchange_bindings import ExchangeBindings
+
+__all__ = ["QueueCounts", "QueueState", "TopologyConflict", "TopologyService"]
 
 log = logging.getLogger("starlight.topology")
 
 MAX_ATTEMPTS = 20
 TOUCH_INTERVAL = 1.0  # seconds
 T = TypeVar("T")
-
-
-class TopologyConflict(Exception):
-    """Concurrent changes kept winning; the operation gave up (retry it)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,7 @@ class TopologyService:
         self.local_held: Callable[[str, str], int] | None = None
         # ... and its deliveries settled a moment ago, which Pulsar may still count.
         self.local_settling: Callable[[str, str], int] = lambda _vhost, _queue: 0
+        self.exchange_bindings = ExchangeBindings(zookeeper, paths, self.get_exchange)
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -292,7 +293,9 @@ class TopologyService:
         found[0].check_equivalent(wanted, vhost)
 
     def exchange_in_use(self, vhost: str, name: str) -> bool:
-        return bool(self.zk.children(self.paths.exchange_bound(vhost, name)))
+        return bool(
+            self.zk.children(self.paths.exchange_bound(vhost, name))
+        ) or self.exchange_bindings.in_use_as_source(vhost, name)
 
     def delete_exchange(self, vhost: str, name: str, if_unused: bool) -> None:
         """RabbitMQ 3.x: deleting a missing exchange is fine. Raises PreconditionFailed
@@ -304,7 +307,8 @@ class TopologyService:
                 return
             exchange, version = found
             bound = self.zk.children(self.paths.exchange_bound(vhost, name))
-            if bound and if_unused:
+            in_use = bound or self.exchange_bindings.in_use_as_source(vhost, name)
+            if in_use and if_unused:
                 raise PreconditionFailed(f"exchange '{name}' in vhost '{vhost}' in use", (40, 20))
             ops: list[Op] = []
             retired: list[RetiredSubscription] = []
@@ -325,6 +329,8 @@ class TopologyService:
                         encode(retired[-1]),
                     ),
                 ]
+            # Its exchange-to-exchange bindings, as source and as destination, go with it.
+            ops += self.exchange_bindings.delete_ops(vhost, name)
             ops += [
                 Delete(self.paths.exchange_bound(vhost, name)),
                 Delete(self.paths.exchange(vhost, name), version),
@@ -988,8 +994,9 @@ class TopologyService:
                 for b in removed
                 if b.exchange == exchange_name
             }
-            if bound - leaving:
+            if bound - leaving or self.exchange_bindings.in_use_as_source(vhost, exchange_name):
                 continue
+            ops += self.exchange_bindings.delete_ops(vhost, exchange_name)
             ops += [
                 Delete(self.paths.exchange_bound(vhost, exchange_name)),
                 Delete(self.paths.exchange(vhost, exchange_name), version),

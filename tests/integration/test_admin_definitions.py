@@ -191,6 +191,15 @@ def test_import_reports_what_it_cannot_apply(admin: AdminCLI, tmp_path: Path) ->
                 "arguments": {},
             },
             {
+                "name": "dst",
+                "vhost": "/",
+                "type": "direct",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            },
+            {
                 "name": "weird",
                 "vhost": "/",
                 "type": "x-consistent-hash",
@@ -217,10 +226,16 @@ def test_import_reports_what_it_cannot_apply(admin: AdminCLI, tmp_path: Path) ->
     result = admin.run("--json", "definitions", "import", str(path))
     assert result.code == 1  # something was refused: the report says what
     report = result.json()
-    assert report["created"]["exchanges"] == ["/ src (fanout)"]
+    assert report["created"]["exchanges"] == ["/ src (fanout)", "/ dst (direct)"]
+    assert report["created"]["bindings"] == ["'src' -> 'dst' (key '') in vhost '/'"]
     assert len(report["failed"]) == 1
     assert "weird" in report["failed"][0]
-    assert any("exchange-to-exchange" in s for s in report["skipped"])
+    # The exchange-to-exchange binding is exported again as RabbitMQ writes it.
+    exported = tmp_path / "exported.json"
+    admin.ok("definitions", "export", str(exported))
+    assert [
+        b for b in json.loads(exported.read_text())["bindings"] if b["source"] == "src"
+    ] == document["bindings"]
     assert any("1 policies not supported" in s for s in report["skipped"])
 
     path.write_text("[1, 2]")

@@ -82,6 +82,7 @@ def test_admin_declared_topology_routes_pika_messages(
     assert {
         "source": "logs",
         "destination": "errors",
+        "destination_type": "queue",
         "routing_key": "*.error",
         "arguments": {},
     } in bindings
@@ -95,8 +96,25 @@ def test_admin_declared_topology_routes_pika_messages(
     # A pika-declared queue is visible to the admin, and an admin unbind stops routing.
     admin.ok("binding", "delete", "logs", "errors", "--routing-key", "*.error")
     assert admin.json("binding", "list") == [
-        {"source": "", "destination": "errors", "routing_key": "errors", "arguments": {}}
+        {
+            "source": "",
+            "destination": "errors",
+            "destination_type": "queue",
+            "routing_key": "errors",
+            "arguments": {},
+        }
     ]
+    # Exchange-to-exchange bindings are listed too.
+    channel.exchange_declare("audit", "fanout")
+    channel.exchange_bind("audit", "logs", "#")
+    assert {
+        "source": "logs",
+        "destination": "audit",
+        "destination_type": "exchange",
+        "routing_key": "#",
+        "arguments": {},
+    } in admin.json("binding", "list")
+    channel.exchange_delete("audit")
     channel.basic_publish("logs", "db.error", b"after unbind")
     assert drain(channel, "errors", 0) == []
 

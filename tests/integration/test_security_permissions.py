@@ -298,6 +298,30 @@ def test_queue_unbind_needs_write_on_the_queue_and_read_on_the_exchange(world: W
     )
 
 
+@pytest.mark.parametrize("method", ["bind", "unbind"])
+def test_exchange_bind_needs_write_on_the_destination_and_read_on_the_source(
+    world: World, method: str
+) -> None:
+    source, destination = world.name("x"), world.name("other-x")
+    admin = world.admin_channel()
+    admin.exchange_declare(source, "direct")
+    admin.exchange_declare(destination, "fanout")
+    world.grant("", f"^{destination}$", f"^{source}$")
+    channel = world.user_channel()
+    action = channel.exchange_bind if method == "bind" else channel.exchange_unbind
+    action(destination, source, "k")
+
+    world.grant("", "", f"^{source}$")  # no write on the destination
+    time.sleep(0.5)
+    refused(channel, lambda: action(destination, source, "k2"), "exchange", destination, world.user)
+
+    world.grant("", f"^{destination}$", "")  # no read on the source
+    time.sleep(0.5)
+    channel = channel.connection.channel()
+    action = channel.exchange_bind if method == "bind" else channel.exchange_unbind
+    refused(channel, lambda: action(destination, source, "k3"), "exchange", source, world.user)
+
+
 # ---- publish: write on the exchange ------------------------------------------------------------
 
 

@@ -1,9 +1,7 @@
-"""queue.bind / queue.unbind (and RabbitMQ's exchange.bind) answer exactly as RabbitMQ 3.10
+"""queue.bind / queue.unbind and exchange.bind / exchange.unbind answer exactly as RabbitMQ 3.10
 does, shown without publishing: reply codes, which side closes, the reply text."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import pika
 import pika.exceptions
@@ -291,18 +289,8 @@ def test_nowait_bind_to_a_missing_queue_still_closes_the_channel(broker: Broker)
         assert close.reply_text == f"NOT_FOUND - no queue '{queue}' in vhost '/'"
 
 
-# Exchange-to-exchange bindings (exchange.bind / exchange.unbind): RabbitMQ supports them;
-# the proxy answers 540 NOT_IMPLEMENTED with a reason until it can guarantee that a queue
-# still gets each message once (docs/compatibility.md). Both answers are asserted.
-
-
-def assert_proxy_refuses_exchange_bindings(
-    channel: BlockingChannel, call: Callable[[], object]
-) -> None:
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
-        call()
-    assert info.value.reply_code == 540
-    assert "exchange-to-exchange bindings are not supported" in info.value.reply_text
+# Exchange-to-exchange bindings (exchange.bind / exchange.unbind); routing through them:
+# test_topology_exchange_bindings.py.
 
 
 def test_exchange_to_exchange_bind_and_unbind(
@@ -312,11 +300,6 @@ def test_exchange_to_exchange_bind_and_unbind(
     source, destination = created.exchange("e2e-src"), created.exchange("e2e-dst")
     channel.exchange_declare(source, "fanout")
     channel.exchange_declare(destination, "fanout")
-    if not broker.is_rabbitmq:
-        assert_proxy_refuses_exchange_bindings(
-            channel, lambda: channel.exchange_bind(destination, source, "k")
-        )
-        return
     assert isinstance(
         channel.exchange_bind(destination, source, "k").method, pika.spec.Exchange.BindOk
     )
@@ -347,12 +330,6 @@ def test_exchange_to_exchange_bind_with_a_missing_exchange_is_404(
     channel.exchange_declare(present, "fanout")
     absent = unique("missing")
     source, destination = (absent, present) if missing == "source" else (present, absent)
-    if not broker.is_rabbitmq:
-        # Refused before anything is looked up: the feature itself is missing.
-        assert_proxy_refuses_exchange_bindings(
-            channel, lambda: channel.exchange_bind(destination, source, "k")
-        )
-        return
     error = closes_channel(connection, lambda: channel.exchange_bind(destination, source, "k"))
     assert error.reply_code == 404
     assert error.reply_text == f"NOT_FOUND - no exchange '{absent}' in vhost '/'"

@@ -318,3 +318,56 @@ def test_delete_racing_bind_leaves_no_orphans(
     binder.close()
     deleter.close()
     print("\nbind/delete outcomes:", outcomes)
+
+
+def test_an_exchange_binding_made_on_one_proxy_routes_on_another(
+    start_proxy: ProxyFactory, zookeeper: ZooKeeperClient
+) -> None:
+    first, second = start_proxy(), start_proxy()
+    source, destination, queue = unique("e2e-src"), unique("e2e-dst"), unique("e2e-q")
+    with connect(first) as a:
+        channel = a.channel()
+        channel.exchange_declare(source, "topic")
+        channel.exchange_declare(destination, "fanout")
+        channel.queue_declare(queue)
+        channel.queue_bind(queue, destination, "")
+        channel.queue_bind(queue, source, "#")  # reachable twice: gets each message once
+        channel.exchange_bind(destination, source, "a.*")
+    vhost = f"{ROOT}/v1/vhosts/~2F"
+    (entry,) = zookeeper.children(f"{vhost}/exchanges/{naming.escape(source)}/e2e")
+    assert entry.startswith(naming.escape(destination) + "~~")
+    found = zookeeper.get(f"{vhost}/exchanges/{naming.escape(source)}/e2e/{entry}")
+    assert found is not None
+    assert json.loads(found[0]) == {
+        "schema": 1,
+        "kind": "exchange_binding",
+        "source": source,
+        "destination": destination,
+        "routing_key": "a.*",
+        "arguments": {},
+    }
+    assert zookeeper.children(f"{vhost}/exchanges/{naming.escape(destination)}/e2e-in") == [
+        naming.escape(source) + entry[entry.index("~~") :]
+    ]
+    time.sleep(0.5)  # the second proxy's cache follows within milliseconds
+    with connect(second) as b:
+        channel = b.channel()
+        channel.confirm_delivery()
+        channel.basic_publish(source, "a.b", b"through")
+        bodies = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            method, _, body = channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                if bodies:
+                    break
+                time.sleep(0.05)
+                continue
+            bodies.append(body)
+        time.sleep(0.5)
+        assert channel.basic_get(queue, auto_ack=True)[0] is None
+        assert bodies == [b"through"]
+        channel.exchange_delete(destination)
+        channel.queue_delete(queue)
+        channel.exchange_delete(source)
+    assert zookeeper.get(f"{vhost}/exchanges/{naming.escape(source)}") is None

@@ -19,6 +19,7 @@ from starlight_py.metadata.records import (
     SCHEMA_VERSION,
     BindingEntry,
     BindingSet,
+    ExchangeBinding,
     Paths,
     PermissionRecord,
     RecordError,
@@ -75,6 +76,7 @@ RECORDS = [
     RetiredSubscription("orders~~k", "q1~~0123456789ab", "q1", END, True, 1714564801.5),
     RetiredSubscription("events", "q1~~a1b2c3d4e5f6", "q1", None, False, 1714564802.0),
     PermissionRecord("/", "alice", Permission("^amq\\.gen-.*", ".*", "")),
+    ExchangeBinding("src", "dst x", "a.#", ARGUMENTS),
 ]
 
 
@@ -96,6 +98,7 @@ def test_every_record_is_json_with_schema_1_and_its_kind(record: object) -> None
             BindingSet: "binding_set",
             RetiredSubscription: "retired_subscription",
             PermissionRecord: "permission",
+            ExchangeBinding: "exchange_binding",
         }[type(record)]
     )
     # Sorted keys: the same record is always the same bytes (a no-op set changes nothing).
@@ -417,6 +420,12 @@ def test_the_paths_are_the_layout_records_py_documents() -> None:
         "topic": topic_segment(topic),
         "subscription": segment(subscription),
     }
+    e2e = ExchangeBinding("src x", "dst", "k", {"h": 1})
+    e2e_values = {
+        "source": segment(e2e.source),
+        "destination": segment(e2e.destination),
+        "key": e2e.key,
+    }
     built = {
         "{root}/v1/vhosts/{vhost}": (PATHS.vhost(vhost), {}),
         "{root}/v1/vhosts/{vhost}/exchanges/{name}": (
@@ -426,6 +435,14 @@ def test_the_paths_are_the_layout_records_py_documents() -> None:
         "{root}/v1/vhosts/{vhost}/exchanges/{name}/bound/{queue}~~{topic}": (
             PATHS.exchange_bound_entry(vhost, exchange, queue, topic),
             {"name": segment(exchange)},
+        ),
+        "{root}/v1/vhosts/{vhost}/exchanges/{source}/e2e/{destination}~~{key}": (
+            PATHS.exchange_e2e_entry(vhost, e2e),
+            e2e_values,
+        ),
+        "{root}/v1/vhosts/{vhost}/exchanges/{destination}/e2e-in/{source}~~{key}": (
+            PATHS.exchange_e2e_in_entry(vhost, e2e),
+            e2e_values,
         ),
         "{root}/v1/vhosts/{vhost}/queues/{name}": (
             PATHS.queue(vhost, queue),
@@ -556,3 +573,22 @@ def test_docs_metadata_md_shows_what_the_code_writes_where_it_writes_it(
         RetiredSubscription: lambda r: PATHS.retired_subscription("/", r.subscription),
     }[type(record)](record)
     assert path == expected_path
+
+
+def test_exchange_binding_znode_names_are_stable_and_distinct() -> None:
+    binding = ExchangeBinding("src", "dst", "k", {"x-match": "any", "h": 1})
+    same = ExchangeBinding("src", "dst", "k", {"h": 1, "x-match": "any"})
+    other_key = ExchangeBinding("src", "dst", "k2", {"x-match": "any", "h": 1})
+    other_arguments = ExchangeBinding("src", "dst", "k", {"x-match": "all", "h": 1})
+    assert binding.entry_name == same.entry_name
+    assert binding.entry_name.startswith("dst~~")
+    assert binding.index_name.startswith("src~~")
+    names = {binding.key, other_key.key, other_arguments.key}
+    assert len(names) == 3
+    paths = Paths("/starlight")
+    assert paths.exchange_e2e_entry("/", binding) == (
+        f"/starlight/v1/vhosts/~2F/exchanges/src/e2e/dst~~{binding.key}"
+    )
+    assert paths.exchange_e2e_in_entry("/", binding) == (
+        f"/starlight/v1/vhosts/~2F/exchanges/dst/e2e-in/src~~{binding.key}"
+    )

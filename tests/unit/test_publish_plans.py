@@ -52,6 +52,7 @@ class Cache:
         self.queues: dict[str, Queue] = {}
         self.priorities: dict[str, int] = {}
         self.routes: dict[tuple[str, str], set[str]] = {}  # (exchange, key) -> queues
+        self.e2e_sources: set[str] = set()  # exchanges with exchange-to-exchange bindings
         self.asked = 0
 
     def exchange(self, vhost: str, name: str) -> Exchange | None:
@@ -70,6 +71,9 @@ class Cache:
         if exchange.name == "":
             return {key} if key in self.queues else set()
         return set(self.routes.get((exchange.name, key), set()))
+
+    def has_exchange_bindings(self, vhost: str, source: str) -> bool:
+        return source in self.e2e_sources
 
     def length_limits(self, vhost: str) -> dict[str, Any]:
         return {}
@@ -180,6 +184,24 @@ def test_routes_that_depend_on_the_message_are_not_planned(setup: Setup) -> None
         if handle._raw.sent
     }
     assert len(sent_to) == 2  # two priorities, two bands
+
+
+@in_trio
+def test_exchanges_with_exchange_to_exchange_bindings_are_left_to_the_slow_path(
+    setup: Setup,
+) -> None:
+    publisher, cache, pool, channel = setup
+    cache.exchanges["x"] = Exchange("x", "direct")
+    cache.routes[("x", "k")] = {"q"}
+    producer_for(pool, naming.exchange_topic(NAMESPACE, "x", "direct", "k"))
+    properties, encoded = properties_of()
+    publish = Publish("x", "k", False, False)
+    assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    # An exchange.bind with "x" as its source: the plan is stale, and none is made again.
+    cache.e2e_sources.add("x")
+    cache.changes += 1
+    assert not publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert publisher._plans[("x", "k")].version == 0  # the old one, never replaced
 
 
 @in_trio

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 import pytest
 from kazoo.recipe.cache import NodeData, TreeEvent
 
-from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.cache import TopologyCache, _indexed
 from starlight_py.metadata.records import (
     BindingEntry,
     BindingSet,
+    ExchangeBinding,
     Paths,
     VhostRecord,
     encode,
@@ -352,3 +353,32 @@ def test_priority_queues_are_indexed_per_vhost(cache: TopologyCache) -> None:
     assert cache.max_priorities("other") == {}
     remove(cache, PATHS.queue("/", "p"))
     assert cache.max_priorities("/") == {}
+
+
+def test_exchange_bindings_are_indexed_by_their_source(cache: TopologyCache) -> None:
+    binding = ExchangeBinding("src", "dst", "k")
+    other = ExchangeBinding("src", "dst2", "#")
+    changes = cache.changes
+    assert not cache.has_exchange_bindings("/", "src")
+    for each in (binding, other):
+        put(cache, PATHS.exchange_e2e_entry("/", each), each)
+    # The index znodes under the destination are empty and not records.
+    cache._apply(parts(PATHS.exchange_e2e_in_entry("/", binding)), b"")
+    assert cache.has_exchange_bindings("/", "src")
+    assert not cache.has_exchange_bindings("/", "dst")
+    assert sorted(b.destination for b in cache.exchange_bindings_from("/", "src")) == [
+        "dst",
+        "dst2",
+    ]
+    remove(cache, PATHS.exchange_e2e_entry("/", binding))
+    assert cache.exchange_bindings_from("/", "src") == [other]
+    remove(cache, PATHS.exchange_e2e_entry("/", other))
+    assert not cache.has_exchange_bindings("/", "src")
+    assert cache.changes == changes  # _apply alone does not count; events do
+
+
+def test_only_exchange_binding_records_are_indexed_below_exchanges() -> None:
+    assert _indexed(["~2F", "exchanges", "x", "e2e", "y~~abc"])
+    assert not _indexed(["~2F", "exchanges", "x", "e2e-in", "y~~abc"])
+    assert not _indexed(["~2F", "exchanges", "x", "bound", "q~~t"])
+    assert not _indexed(["~2F", "exchanges", "x", "e2e"])
