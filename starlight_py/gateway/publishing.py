@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
@@ -25,10 +24,8 @@ from pamqp import commands
 
 from starlight_py.amqp.connection import AMQPConnection
 from starlight_py.amqp.errors import (
-    AccessRefused,
     NotFound,
     NotImplementedMethod,
-    PreconditionFailed,
 )
 from starlight_py.amqp.field_codec import unvalidated
 from starlight_py.amqp.framing import encode_method
@@ -50,14 +47,14 @@ from starlight_py.gateway.exchange_routing import (
 from starlight_py.gateway.message_copies import message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.producer_pool import ProducerPool
+from starlight_py.gateway.publish_planning import BASIC_PUBLISH, SlowPlanner
 from starlight_py.gateway.route_plans import MAX_PLANS, RoutePlan
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
-from starlight_py.model.dead_letters import expiration_problem, message_expiration_ms
+from starlight_py.model.dead_letters import message_expiration_ms
 from starlight_py.model.permissions import Access, ResourceKind
-from starlight_py.model.priorities import max_priority_of
-from starlight_py.model.queue_limits import REJECT_PUBLISH_DLX, LengthLimit
+from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.routing import route_with_alternates
 from starlight_py.model.topology import Exchange, message_delay_ms
 from starlight_py.ops.metrics import ProxyMetrics
@@ -66,7 +63,6 @@ from starlight_py.topology.service import TopologyService
 log = logging.getLogger("starlight.publish")
 
 QUEUE_FULL_BACKOFF = 0.002
-BASIC_PUBLISH = (60, 40)
 DEFAULT_EXCHANGE = Exchange("", "direct")
 
 
@@ -111,17 +107,6 @@ class PublishOutcome:
         self.refused = refused  # a queue refused it at its length limit: nack at the end
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """Where one admitted, routed publish goes."""
-
-    copies: list[tuple[naming.TopicName, dict[str, str]]]
-    delay_ms: int
-    refused: bool
-    topic: naming.TopicName | None = None  # the exchange's topic, of the copy to pre-ack
-    pre_ack: StoredCallback | None = None
-
-
 # (producer, untracked sends covered, their outcomes, ok, error, when the first was sent)
 _Flushed = tuple[ProducerHandle, int, list[PublishOutcome], bool, str, float]
 _Tracked = tuple[ProducerHandle, PublishOutcome | None, bool, str]
@@ -164,6 +149,7 @@ class Publisher:
         self._count = 0  # published since the metrics were last updated
         self._bytes = 0
         self._plans: dict[tuple[str, str], RoutePlan] = {}
+        self.planner = SlowPlanner(ctx, cache, topology, lengths, self.metrics, pre_acks, expiring)
 
     # ---- the hot path -----------------------------------------------------------------------
 
@@ -191,8 +177,8 @@ class Publisher:
         if not producer.has_room():
             return False
         if plan.internal or properties.user_id is not None or properties.expiration is not None:
-            self._check_message(plan.exchange, properties)
-            self._note_expiring(plan.exchange, method.routing_key, properties)
+            self.planner.check_message(plan.exchange, properties)
+            self.planner.note_expiring(plan.exchange, method.routing_key, properties)
         pulsar_properties = plan.properties.get(raw_properties)
         if pulsar_properties is None:
             pulsar_properties = plan.properties_of(properties, raw_properties)
@@ -221,10 +207,10 @@ class Publisher:
         exchange = DEFAULT_EXCHANGE if name == "" else cache.exchange(vhost, name)
         if exchange is None or follows_bindings(cache, vhost, exchange):
             return False  # exchange-to-exchange bindings: `publish` follows them
-        self._check_message(exchange, properties)
+        self.planner.check_message(exchange, properties)
         routing_key = method.routing_key
         headers = properties.headers
-        self._note_expiring(exchange, routing_key, properties)
+        self.planner.note_expiring(exchange, routing_key, properties)
         if exchange.alternate_exchange is None:
             if not cache.has_route(vhost, exchange, routing_key, headers):
                 return False
@@ -274,7 +260,9 @@ class Publisher:
                 return False
             producers.append(producer)
         delays = any(x.delays_messages for x in path)
-        pre_ack = None if banded else self._pre_ack(target_exchange, routing_key, headers, topic)
+        pre_ack = (
+            None if banded else self.planner.pre_ack(target_exchange, routing_key, headers, topic)
+        )
         if not banded and len(copies) == 1 and all(x.routing_type != "headers" for x in path):
             # Nothing of this route depends on the message itself: keep it, until the
             # topology changes or the producer closes.
@@ -291,55 +279,6 @@ class Publisher:
             stored = pre_ack if copy_topic == topic else None
             self._send(producer, body, copy_properties, outcome, delay_ms, stored)
         return True
-
-    def _pre_ack(
-        self,
-        exchange: Exchange,
-        routing_key: str,
-        headers: dict[str, Any] | None,
-        topic: naming.TopicName,
-    ) -> StoredCallback | None:
-        """The `stored` callback of a message some subscription on `topic` does not route
-        (gateway/pre_acks.py); None when every one routes it."""
-        pre_acks = self.pre_acks
-        if pre_acks is None or not pre_acks.wanted(self.ctx.vhost, exchange, routing_key, headers):
-            return None
-        return pre_acks.stored_callback(self.ctx.vhost, exchange.name, routing_key, headers, topic)
-
-    def _check_message(self, exchange: Exchange, properties: commands.Basic.Properties) -> None:
-        """Raises AccessRefused (internal exchange), PreconditionFailed (user_id of someone
-        else, invalid expiration)."""
-        user_id = properties.user_id
-        if user_id is not None and user_id != self.ctx.user:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{self.ctx.user}'",
-                BASIC_PUBLISH,
-            )
-        if exchange.internal:
-            raise AccessRefused(
-                f"cannot publish to internal exchange '{exchange.name}' in vhost "
-                f"'{self.ctx.vhost}'",
-                BASIC_PUBLISH,
-            )
-        expiration = properties.expiration
-        problem = None if expiration is None else expiration_problem(expiration)
-        if problem is not None:
-            raise PreconditionFailed(f"invalid expiration '{expiration}': {problem}", BASIC_PUBLISH)
-
-    def _note_expiring(
-        self, exchange: Exchange, routing_key: str, properties: commands.Basic.Properties
-    ) -> None:
-        """Tell the expiry reaper where a message with an `expiration` goes, so that it
-        expires on time in a queue nobody reads."""
-        if self.expiring is None or properties.expiration is None:
-            return
-        expires_in = message_expiration_ms(properties.expiration)
-        if expires_in is None:
-            return
-        at = int(time.time() * 1000) + expires_in
-        vhost = self.ctx.vhost
-        for queue in self.cache.routed_queues(vhost, exchange, routing_key, properties.headers):
-            self.expiring(vhost, queue, at)
 
     def _send(
         self,
@@ -380,7 +319,7 @@ class Publisher:
             raise NotImplementedMethod("immediate=true", BASIC_PUBLISH)
         await self.ctx.access.check_exchange(Access.WRITE, method.exchange, BASIC_PUBLISH)
         exchange = await self._exchange(method.exchange)
-        self._check_message(exchange, properties)
+        self.planner.check_message(exchange, properties)
         return exchange
 
     async def _exchange(self, name: str) -> Exchange:
@@ -437,7 +376,7 @@ class Publisher:
         exchange = await self.admit(method, properties)
         routing_key = method.routing_key
         headers: dict[str, Any] | None = properties.headers
-        self._note_expiring(exchange, routing_key, properties)
+        self.planner.note_expiring(exchange, routing_key, properties)
         seq = target.reserve_publish()
         path: tuple[Exchange, ...] = ()
         if follows_bindings(self.cache, self.ctx.vhost, exchange):
@@ -467,7 +406,7 @@ class Publisher:
                 )
             target.settle_publishes([(seq, True)])
             return
-        plan = await self._plan(path, method, properties, body, raw_properties)
+        plan = await self.planner.plan(path, method, properties, body, raw_properties)
         if plan is None:
             target.settle_publishes([(seq, False)])  # every routed queue refused it
             return
@@ -502,7 +441,7 @@ class Publisher:
         self._count += 1
         self._bytes += len(body)
         limits = self.cache.length_limits(vhost)  # usually empty: one lookup
-        refusing = await self._refusing(limits, route.queues, method, properties, body)
+        refusing = await self.planner.refusing(limits, route.queues, method, properties, body)
         if refusing is None:
             target.settle_publishes([(seq, False)])  # every queue reached refused it
             return True
@@ -535,94 +474,6 @@ class Publisher:
             await self._wait_for_room(producer)
             self._send(producer, body, copy_properties, outcome, delay_ms, stored)
         return True
-
-    async def _plan(
-        self,
-        path: tuple[Exchange, ...],
-        method: Publish,
-        properties: commands.Basic.Properties,
-        body: bytes,
-        raw_properties: bytes,
-    ) -> _Plan | None:
-        """Where a routed message is written; None when every queue it is routed to refuses
-        it at its length limit."""
-        # The message goes to the topic of the exchange that routes it (maybe an alternate
-        # exchange) but keeps the exchange it was published to, as on RabbitMQ.
-        target = path[-1]
-        routing_key = method.routing_key
-        headers = properties.headers
-        topic = naming.exchange_topic(
-            self.ctx.namespace, target.name, target.routing_type, routing_key
-        )
-        pulsar_properties = encode_properties(
-            method.exchange, routing_key, properties, raw_properties
-        )
-        vhost = self.ctx.vhost
-        limits = self.cache.length_limits(vhost)  # usually empty: one lookup
-        priorities = self.cache.max_priorities(vhost)  # the same
-        lagging = target.name == "" and self.cache.queue(vhost, routing_key) is None
-        if lagging:
-            # Declared a moment ago: the cache has not seen the queue yet, ZooKeeper has.
-            priorities = await self._with_fresh_priority(routing_key, priorities)
-        routed = (
-            self.cache.routed_queues(vhost, target, routing_key, headers)
-            if (limits and self.lengths is not None) or priorities
-            else set()
-        )
-        if lagging and routing_key in priorities:
-            routed.add(routing_key)
-        refusing = await self._refusing(limits, routed, method, properties, body)
-        if refusing is None:
-            return None
-        copies = message_copies(
-            self.ctx.namespace,
-            topic,
-            target,
-            pulsar_properties,
-            routed,
-            refusing,
-            priorities,
-            properties.priority,
-        )
-        delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
-        banded = bool(routed & priorities.keys())
-        pre_ack = None if banded else self._pre_ack(target, routing_key, headers, topic)
-        return _Plan(copies, delay_ms, bool(refusing), topic, pre_ack)
-
-    async def _refusing(
-        self,
-        limits: dict[str, LengthLimit],
-        routed: set[str],
-        method: Publish,
-        properties: commands.Basic.Properties,
-        body: bytes,
-    ) -> set[str] | None:
-        """The `routed` queues that refuse the message at their length limit (dead-lettering
-        it for reject-publish-dlx ones); None when every one does."""
-        refusing: set[str] = set()
-        if not limits or self.lengths is None:
-            return refusing
-        limited = {q: limits[q] for q in routed if q in limits}
-        refusing = await self.lengths.refusing(limited, len(body)) if limited else set()
-        if refusing:
-            # RabbitMQ's reject-publish: the publisher gets a nack, the queues with room
-            # still get the message.
-            self.metrics.refused()
-            for queue in sorted(refusing):
-                if limited[queue].overflow == REJECT_PUBLISH_DLX:
-                    await self.lengths.dead_letter_refused(
-                        queue, method.exchange, method.routing_key, properties, body
-                    )
-            if refusing >= routed:
-                return None
-        if limited:
-            self.lengths.published({q: x for q, x in limited.items() if q not in refusing})
-        return refusing
-
-    async def _with_fresh_priority(self, queue: str, priorities: dict[str, int]) -> dict[str, int]:
-        found = await trio.to_thread.run_sync(self.topology.get_queue, self.ctx.vhost, queue)
-        max_priority = None if found is None else max_priority_of(found[0].arguments)
-        return priorities if max_priority is None else {**priorities, queue: max_priority}
 
     async def _wait_for_room(self, producer: ProducerHandle) -> None:
         if producer.has_room():
