@@ -35,6 +35,16 @@ class LeaderElection:
         with self._lock:
             return self._is_leader()
 
+    def is_leader_unless_busy(self) -> bool | None:
+        """`is_leader`, or None at once when another thread is asking (and may be waiting
+        for ZooKeeper): a second asker never queues behind it. Raises MetadataUnavailable."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._is_leader()
+        finally:
+            self._lock.release()
+
     def _is_leader(self) -> bool:
         candidates = self.zk.children(self.path)
         if self._candidate is None or self._candidate not in candidates:

@@ -82,7 +82,8 @@ class ExpiryReaper:
         producers: ProducerPool,
         requeued: RequeuedPositions,
         proxy_id: str,
-        leading: Callable[[], bool],  # blocking: whether this proxy leads the cleaners
+        # Blocking: whether this proxy leads the cleaners (None: cannot tell right now).
+        leading: Callable[[], bool | None],
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.cache = cache
@@ -144,7 +145,9 @@ class ExpiryReaper:
 
     async def _ask_lead(self) -> bool:
         try:
-            return await trio.to_thread.run_sync(self.leading)
+            # Abandoned on cancel: a shutdown while ZooKeeper is away does not wait for it.
+            leading = await trio.to_thread.run_sync(self.leading, abandon_on_cancel=True)
+            return self._leading if leading is None else leading
         except MetadataUnavailable as e:
             log.debug("expiry: cannot tell who leads: %s", e)
             return self._leading
@@ -198,7 +201,9 @@ class ExpiryReaper:
         if queue is None or record is None:
             return None
         consumers = await trio.to_thread.run_sync(
-            self.topology.zk.children, self.topology.paths.queue_consumers(vhost, name)
+            self.topology.zk.children,
+            self.topology.paths.queue_consumers(vhost, name),
+            abandon_on_cancel=True,
         )
         if consumers:
             return BUSY_POLL
@@ -209,7 +214,10 @@ class ExpiryReaper:
             topic = naming.TopicName(record.namespace, binding_set.topic)
             while True:
                 head = await trio.to_thread.run_sync(
-                    self.topology.admin.peek_head, topic, binding_set.subscription
+                    self.topology.admin.peek_head,
+                    topic,
+                    binding_set.subscription,
+                    abandon_on_cancel=True,
                 )
                 if head is None:
                     break

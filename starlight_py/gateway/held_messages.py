@@ -96,7 +96,8 @@ class HeldMessages:
             if not changed:
                 continue
             try:
-                await trio.to_thread.run_sync(self.write, changed)
+                # Abandoned on cancel: a shutdown does not wait for an absent ZooKeeper.
+                await trio.to_thread.run_sync(self.write, changed, abandon_on_cancel=True)
             except MetadataUnavailable as e:
                 log.debug("unacked counts not written yet: %s", e)
 

@@ -125,7 +125,7 @@ class ProxyServices:
                 self.requeued,
                 self.proxy_id,
                 # Stands for the lead itself if the cleaner has not yet: known at start.
-                lambda: cleaner is not None and cleaner.election.is_leader(),
+                lambda: cleaner is not None and cleaner.election.is_leader_unless_busy(),
             )
 
     def topology_changed(self) -> None:

@@ -52,7 +52,9 @@ async def wait_for_turn(consumers: Consumers, link: ConsumerLink) -> None:
     while link.waiting and not link.cancelled and link in consumers.links:
         await trio.sleep(POLL)
         try:
-            first = await trio.to_thread.run_sync(topology.first_in_line, vhost, link.queue)
+            first = await trio.to_thread.run_sync(
+                topology.first_in_line, vhost, link.queue, abandon_on_cancel=True
+            )
         except MetadataUnavailable as e:
             log.debug("single active consumer %s: %s", link.tag, e)
             continue
