@@ -26,7 +26,7 @@ class LeaderElection:
         self.path = path
         self.identity = identity
         self._candidate: str | None = None  # our znode's name
-        # The cleaner and the expiry reaper ask from their own threads: stand only once.
+        # Askers on several threads stand only once.
         self._lock = threading.Lock()
 
     def is_leader(self) -> bool:
@@ -34,16 +34,6 @@ class LeaderElection:
         whether our candidate is first. Raises MetadataUnavailable."""
         with self._lock:
             return self._is_leader()
-
-    def is_leader_unless_busy(self) -> bool | None:
-        """`is_leader`, or None at once when another thread is asking (and may be waiting
-        for ZooKeeper): a second asker never queues behind it. Raises MetadataUnavailable."""
-        if not self._lock.acquire(blocking=False):
-            return None
-        try:
-            return self._is_leader()
-        finally:
-            self._lock.release()
 
     def _is_leader(self) -> bool:
         candidates = self.zk.children(self.path)
@@ -65,9 +55,9 @@ class LeaderElection:
         return None
 
     def resign(self) -> None:
-        with self._lock:
-            if self._candidate is None:
-                return
-            with contextlib.suppress(NodeMissing):
-                self.zk.delete(f"{self.path}/{self._candidate}")
-            self._candidate = None
+        # Not under the lock: a shutdown must not wait behind a thread stuck on ZooKeeper.
+        candidate, self._candidate = self._candidate, None
+        if candidate is None:
+            return
+        with contextlib.suppress(NodeMissing):
+            self.zk.delete(f"{self.path}/{candidate}")

@@ -125,7 +125,11 @@ class ProxyServices:
                 self.requeued,
                 self.proxy_id,
                 # Stands for the lead itself if the cleaner has not yet: known at start.
-                lambda: cleaner is not None and cleaner.election.is_leader_unless_busy(),
+                # Read-only (no standing, no lock): never waits behind the cleaner.
+                lambda: (
+                    cleaner is not None
+                    and cleaner.election.leader_identity() == cleaner.election.identity
+                ),
             )
 
     def topology_changed(self) -> None:
