@@ -26,7 +26,6 @@ from typing import Any
 
 import trio
 
-from starlight_py.amqp.errors import AccessRefused
 from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.core.commands import (
@@ -57,9 +56,10 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
+from starlight_py.model.priorities import band_count, max_priority_of
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
-from starlight_py.topology.service import TopologyService
+from starlight_py.topology.service import EXCLUSIVE_MARK, TopologyService
 
 log = logging.getLogger("starlight.consume")
 
@@ -88,11 +88,18 @@ class ConsumerLink:
 
     @property
     def registry_name(self) -> str:
-        return f"{self.session.number}/{self.tag}"
+        return f"{self.session.number}/{self.tag}" + (EXCLUSIVE_MARK if self.exclusive else "")
 
     @property
     def cancelled(self) -> bool:
         return self.core is None or self.core.cancelled
+
+
+def expected_set_count(queue: Queue) -> int:
+    """How many binding sets a queue has at least: its default binding, and a priority
+    queue's bands."""
+    max_priority = max_priority_of(queue.arguments)
+    return 1 + (band_count(max_priority) if max_priority is not None else 0)
 
 
 def _name(value: object) -> str:
@@ -146,17 +153,8 @@ class Consumers:
         (exclusive use)."""
         channel = session.core
         channel.check_tag_free(tag)
-        record = await trio.to_thread.run_sync(
-            self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 20)
-        )
-        sets = [
-            s
-            for s, _ in await trio.to_thread.run_sync(
-                self.topology.binding_sets, self.ctx.vhost, queue
-            )
-        ]
+        record, sets = await self._queue_and_sets(queue)
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
-        backlogs = await self._check_exclusive_use(queue, sets, exclusive)
         link = ConsumerLink(session, tag, queue, exclusive, record)
         link.core = channel.add_consumer(tag, queue, no_ack, exclusive, link)
         link.batcher = Batcher(self._token, lambda batches: self._on_messages(link, batches))
@@ -164,19 +162,19 @@ class Consumers:
         try:
             # Registered first: an auto-delete racing this consume on another proxy either
             # sees the consumer or deletes the queue before it registers (then NotFound).
+            # Registering also checks exclusive use (403), from the other registrations.
             await trio.to_thread.run_sync(
                 self.topology.register_consumer,
                 self.ctx.vhost,
                 record,
                 f"{self.prefix}/{link.registry_name}",
+                exclusive,
             )
             link.registered = True
             if is_single_active(record):
                 await join_line(self, link)
             if not link.waiting:
-                for binding_set in sets:
-                    backlog = backlogs.get(binding_set.subscription, 0)
-                    await self.subscribe(link, binding_set, backlog)
+                await self._subscribe_all(link, sets)
         except BaseException:
             channel.remove_consumer(link.core)
             self.execute(session, channel.take_commands())
@@ -190,33 +188,70 @@ class Consumers:
         if link.waiting:
             self.spawn(wait_for_turn, self, link)
 
-    async def _check_exclusive_use(
-        self, queue: str, sets: list[BindingSet], exclusive: bool
-    ) -> dict[str, int]:
-        """Raises AccessRefused when the queue is in exclusive use (or would be, and has
-        consumers); returns each subscription's backlog, from the same stats."""
-        names: set[str] = set()
+    async def _queue_and_sets(self, queue: str) -> tuple[Queue, list[BindingSet]]:
+        """The queue (usable by this connection: NotFound, ResourceLocked) and the binding
+        sets to read, from the topology cache when it has them all (no ZooKeeper round trip
+        before the first delivery), else from ZooKeeper. Registering the consumer then
+        confirms in ZooKeeper that the queue is still there."""
+        vhost = self.ctx.vhost
+        cached = self.cache.queue(vhost, queue)
+        if cached is not None:
+            sets = self.cache.binding_sets_of_queue(vhost, queue)
+            if sets and len(sets) >= expected_set_count(cached):
+                self.topology.check_usable(vhost, cached, self.ctx.owner, (60, 20))
+                return cached, sets + self.cache.draining_sets(vhost, queue)
+        record = await trio.to_thread.run_sync(
+            self.topology.usable_queue, vhost, queue, self.ctx.owner, (60, 20)
+        )
+        found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue)
+        return record, [s for s, _ in found]
+
+    async def _subscribe_all(self, link: ConsumerLink, sets: list[BindingSet]) -> None:
+        """Subscribe to every set at once (a priority queue's bands arrive together, as
+        RabbitMQ hands them over); a priority queue's consumer first learns each band's
+        backlog, so that a lower band waits for a higher band's messages."""
+        banded = [s for s in sets if rank(s) > 0]
+        backlogs = await self._backlogs(banded) if banded else {}
+        if len(sets) == 1:
+            await self.subscribe(link, sets[0], backlogs.get(sets[0].subscription))
+            return
+        failures: list[Exception] = []
+
+        async def one(binding_set: BindingSet) -> None:
+            try:
+                await self.subscribe(link, binding_set, backlogs.get(binding_set.subscription))
+            except Exception as e:
+                failures.append(e)
+
+        async with trio.open_nursery() as nursery:
+            for binding_set in sets:
+                nursery.start_soon(one, binding_set)
+        if failures:
+            raise failures[0]
+
+    async def _backlogs(self, sets: list[BindingSet]) -> dict[str, int]:
+        """Each set's subscription backlog now (Pulsar's stats, asked at once)."""
         backlogs: dict[str, int] = {}
-        for binding_set in sets:
+
+        async def one(binding_set: BindingSet) -> None:
             topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
             stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
             found = stats.get(binding_set.subscription)
             if found is not None:
-                names.update(n for n in found.consumer_names if "/get/" not in n)
                 backlogs[binding_set.subscription] = found.backlog
-        if (exclusive and names) or any(n.endswith("!x") for n in names):
-            raise AccessRefused(
-                f"queue '{queue}' in vhost '{self.ctx.vhost}' in exclusive use", (60, 20)
-            )
+
+        async with trio.open_nursery() as nursery:
+            for binding_set in sets:
+                nursery.start_soon(one, binding_set)
         return backlogs
 
     async def subscribe(
-        self, link: ConsumerLink, binding_set: BindingSet, backlog: int = 0
+        self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None = None
     ) -> None:
         if binding_set.subscription in link.handles or link.core is None:
             return
         topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
-        name = f"{self.prefix}/{link.session.number}/{link.tag}" + ("!x" if link.exclusive else "")
+        name = f"{self.prefix}/{link.registry_name}"
         size = link.core.prefetch or UNLIMITED_RECEIVER_QUEUE
         batcher = link.batcher
         assert batcher is not None

@@ -361,6 +361,31 @@ def test_a_band_that_had_messages_is_waited_for_longer_at_the_start() -> None:
     assert wire.take() == deliver(2, b"low")
 
 
+def test_bands_whose_known_messages_all_came_hold_nothing_back() -> None:
+    # RabbitMQ hands a new consumer every band's ready messages at once: a band known to be
+    # empty, or whose backlog at subscribing has all arrived, is not waited for.
+    clock = Clock()
+    ch, wire = new_channel(clock)
+    consumer = ch.add_consumer("c1", "q", False, False)
+    ch.reads_band(consumer, 3, backlog=1)
+    ch.reads_band(consumer, 2, backlog=0)
+    ch.reads_band(consumer, 1, backlog=1)
+    ch.start_consumer(consumer, nowait=True)
+    ch.messages_arrived(consumer, [(1, Source("low"))])
+    assert wire.take() == []  # band 3's message is on its way
+    ch.messages_arrived(consumer, [(3, Source("high"))])
+    assert wire.take() == deliver(1, b"high") + deliver(2, b"low")
+    # Later, band 3 is waited for again each time it runs empty (its next message may be
+    # a round trip away).
+    ch.messages_arrived(consumer, [(3, Source("high2"))])
+    assert wire.take() == deliver(3, b"high2")
+    ch.messages_arrived(consumer, [(1, Source("low2"))])
+    assert wire.take() == []
+    clock.now += BAND_REFILL_WAIT * 1.01
+    ch.drain(consumer)
+    assert wire.take() == deliver(4, b"low2")
+
+
 # ---- ack, nack, reject, recover ------------------------------------------------------------
 
 
