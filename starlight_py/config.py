@@ -44,6 +44,20 @@ class Listener:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
+MAX_UNCHUNKED_MESSAGE_SIZE = 4 * MIB
+"""The largest body accepted when Pulsar cannot chunk (producer batching on): below the
+broker's default maxMessageSize of 5 MiB, with room for properties."""
+
+
+def accepted_message_size(cfg: StarlightConfig) -> int:
+    """The largest message body the proxy accepts: amqpMaxMessageSize, capped at
+    MAX_UNCHUNKED_MESSAGE_SIZE with producer batching (Pulsar chunks unbatched messages
+    only)."""
+    if cfg.producer_batching:
+        return min(cfg.max_message_size, MAX_UNCHUNKED_MESSAGE_SIZE)
+    return cfg.max_message_size
+
+
 def _key(name: str, doc: str, unit: str = "") -> dict[str, str]:
     return {"key": name, "doc": doc, "unit": unit}
 
@@ -204,11 +218,13 @@ class StarlightConfig:
         metadata=_key("amqpMaxNoOfChannels", "Most channels a connection may open (1..65535)."),
     )
     max_message_size: int = field(
-        default=4 * MIB,
+        default=128 * MIB,
         metadata=_key(
             "amqpMaxMessageSize",
-            "Largest message body accepted. Keep it below the broker's maxMessageSize "
-            "(5 MiB by default in Pulsar) minus room for properties.",
+            "Largest message body accepted (RabbitMQ's default: 128 MiB). A message larger "
+            "than the broker's maxMessageSize (5 MiB by default in Pulsar) is stored in "
+            "chunks (Pulsar message chunking). With pulsarProducerBatching=true, where Pulsar "
+            "cannot chunk, at most MAX_UNCHUNKED_MESSAGE_SIZE (4 MiB) is accepted.",
         ),
     )
     producer_max_pending: int = field(

@@ -65,7 +65,7 @@ from starlight_py.core.held import HeldCounts
 
 # A consumer without prefetch reads this many messages ahead at most.
 UNLIMITED_READ_AHEAD = 1000
-# A no-ack consumer stops while this much output waits for the client to read it.
+# Consumers stop while this much output waits for the client to read it.
 MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
 # How long a priority queue's consumer holds back lower bands after a higher one ran empty
 # (model/priorities.py: a band's next message is a Pulsar round trip away).
@@ -307,14 +307,18 @@ class Channel:
             self._drain(consumer)
 
     def output_drained(self) -> None:
-        """The client read our output backlog: no-ack consumers may go on."""
+        """The client read our output backlog: consumers may go on."""
         for consumer in list(self.consumers.values()):
             if consumer.pending or not all(consumer.reading.values()):
                 self._drain(consumer)
 
     def _has_credit(self, consumer: Consumer) -> bool:
+        # While the client has not read this much, nobody delivers more (RabbitMQ's TCP
+        # backpressure): output stays bounded whatever the prefetch and message size.
+        if self.sink.pending_output >= MAX_OUTPUT_BACKLOG:
+            return False
         if consumer.no_ack:
-            return self.sink.pending_output < MAX_OUTPUT_BACKLOG
+            return True
         if consumer.prefetch and consumer.unacked >= consumer.prefetch:
             return False
         return not (self.prefetch_global and len(self.unacked) >= self.prefetch_global)

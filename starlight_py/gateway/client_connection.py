@@ -534,7 +534,7 @@ class ClientConnection:
         if self.messages is not None:
             self.messages.publish_tally()
             if size >= MAX_OUTPUT_BACKLOG:
-                # No-ack consumers stop while this much waits: they may go on.
+                # Consumers stop while this much waits: they may go on.
                 self.messages.consumers.output_drained(self.channels.values())
                 if self.conn.pending_output:
                     self._kick()

@@ -558,7 +558,7 @@ class Consumers:
     }
 
     def output_drained(self, sessions: Iterable[ChannelSession]) -> None:
-        """The writer sent its backlog: no-ack consumers may go on."""
+        """The writer sent its backlog: consumers may go on."""
         for session in sessions:
             if session.core.consumers:
                 session.core.output_drained()

@@ -294,6 +294,19 @@ def test_no_ack_consumers_ack_at_delivery_and_stop_on_a_full_output() -> None:
     assert wire.take() == deliver(3, b"m3")
 
 
+def test_consumers_without_prefetch_stop_on_a_full_output_too() -> None:
+    # Output is bounded whatever the message size (a 128 MiB body is one delivery): an
+    # acking consumer without prefetch waits for the client to read, as on RabbitMQ's TCP.
+    ch, wire = new_channel()
+    consumer = started(ch)
+    wire.pending_output = MAX_OUTPUT_BACKLOG
+    ch.messages_arrived(consumer, sources("m1"))
+    assert wire.take() == []
+    wire.pending_output = 0
+    ch.output_drained()
+    assert wire.take() == deliver(1, b"m1")
+
+
 def test_vet_drops_messages_that_are_no_longer_the_queues() -> None:
     ch, wire = new_channel()
     consumer = started(ch)
