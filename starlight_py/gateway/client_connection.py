@@ -443,6 +443,7 @@ class ClientConnection:
             dead_letters,
             self._notify_cancel,
         )
+        consumers.trimmed = services.lengths.trimmed if services.lengths is not None else None
         publisher = Publisher(
             self.conn,
             ctx,

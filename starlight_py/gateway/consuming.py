@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -136,6 +136,8 @@ class Consumers:
         self.notify_cancel = notify_cancel
         self.links: set[ConsumerLink] = set()
         self.getters = Getters(self)
+        # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).
+        self.trimmed: Callable[[str, str], Awaitable[None]] | None = None
         self._token = trio.lowlevel.current_trio_token()
 
     # ---- consume ------------------------------------------------------------------------------

@@ -63,6 +63,8 @@ class Getters:
         self.consumers.execute(session, session.core.take_commands())
 
     async def _get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
+        if self.consumers.trimmed is not None:
+            await self.consumers.trimmed(self.consumers.ctx.vhost, queue)
         record = await trio.to_thread.run_sync(
             self.consumers.topology.usable_queue,
             self.consumers.ctx.vhost,

@@ -114,6 +114,7 @@ class ProxyServices:
     def __post_init__(self) -> None:
         if self.lengths is None:
             self.lengths = QueueLengths(self.topology, self.producers)
+        self.topology_methods.trimmed = self.lengths.trimmed
         if self.held is None:
             self.held = HeldMessages(self.zookeeper, self.topology.paths, self.ephemerals)
             self.topology.local_held = self.held.local
