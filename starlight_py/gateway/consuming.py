@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
+from starlight_py.backend.pulsar_admin import SubscriptionStats
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.core.commands import (
     AckMessages,
@@ -198,22 +199,58 @@ class Consumers:
         vhost = self.ctx.vhost
         cached = self.cache.queue(vhost, queue)
         if cached is not None:
-            sets = self.cache.binding_sets_of_queue(vhost, queue)
-            if sets and len(sets) >= expected_set_count(cached):
+            sets = self._cached_sets(cached)
+            if sets is not None:
                 self.topology.check_usable(vhost, cached, self.ctx.owner, (60, 20))
-                return cached, sets + self.cache.draining_sets(vhost, queue)
+                return cached, sets
         record = await trio.to_thread.run_sync(
             self.topology.usable_queue, vhost, queue, self.ctx.owner, (60, 20)
         )
         found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue)
         return record, [s for s, _ in found]
 
+    def _cached_sets(self, queue: Queue) -> list[BindingSet] | None:
+        """The queue's binding sets (and retired ones draining into it) from the topology
+        cache, None unless it has at least those the queue was declared with."""
+        sets = self.cache.binding_sets_of_queue(self.ctx.vhost, queue.name)
+        if not sets or len(sets) < expected_set_count(queue):
+            return None
+        return sets + self.cache.draining_sets(self.ctx.vhost, queue.name)
+
+    async def binding_sets_of(self, queue: Queue) -> list[BindingSet]:
+        """The binding sets to read `queue` from: the cache's, else ZooKeeper's."""
+        cached = self._cached_sets(queue)
+        if cached is not None:
+            return cached
+        vhost = self.ctx.vhost
+        found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue.name)
+        return [s for s, _ in found]
+
+    async def subscription_stats(self, sets: list[BindingSet]) -> dict[str, SubscriptionStats]:
+        """Pulsar's stats of each set's subscription (asked at once), by subscription."""
+        found: dict[str, SubscriptionStats] = {}
+
+        async def one(binding_set: BindingSet) -> None:
+            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
+            stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
+            if binding_set.subscription in stats:
+                found[binding_set.subscription] = stats[binding_set.subscription]
+
+        async with trio.open_nursery() as nursery:
+            for binding_set in sets:
+                nursery.start_soon(one, binding_set)
+        return found
+
     async def _subscribe_all(self, link: ConsumerLink, sets: list[BindingSet]) -> None:
         """Subscribe to every set at once (a priority queue's bands arrive together, as
         RabbitMQ hands them over); a priority queue's consumer first learns each band's
         backlog, so that a lower band waits for a higher band's messages."""
         banded = [s for s in sets if rank(s) > 0]
-        backlogs = await self._backlogs(banded) if banded else {}
+        backlogs = (
+            {sub: stats.backlog for sub, stats in (await self.subscription_stats(banded)).items()}
+            if banded
+            else {}
+        )
         if len(sets) == 1:
             await self.subscribe(link, sets[0], backlogs.get(sets[0].subscription))
             return
@@ -230,22 +267,6 @@ class Consumers:
                 nursery.start_soon(one, binding_set)
         if failures:
             raise failures[0]
-
-    async def _backlogs(self, sets: list[BindingSet]) -> dict[str, int]:
-        """Each set's subscription backlog now (Pulsar's stats, asked at once)."""
-        backlogs: dict[str, int] = {}
-
-        async def one(binding_set: BindingSet) -> None:
-            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
-            stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
-            found = stats.get(binding_set.subscription)
-            if found is not None:
-                backlogs[binding_set.subscription] = found.backlog
-
-        async with trio.open_nursery() as nursery:
-            for binding_set in sets:
-                nursery.start_soon(one, binding_set)
-        return backlogs
 
     async def subscribe(
         self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None = None
