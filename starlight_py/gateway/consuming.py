@@ -27,7 +27,6 @@ from typing import Any
 import trio
 
 from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
-from starlight_py.backend.pulsar_admin import SubscriptionStats
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.core.commands import (
     AckMessages,
@@ -45,6 +44,7 @@ from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
+from starlight_py.gateway.queue_sources import QueueSources
 from starlight_py.gateway.requeued import RequeuedPositions
 from starlight_py.gateway.single_active import (
     is_single_active,
@@ -57,7 +57,6 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
-from starlight_py.model.priorities import band_count, max_priority_of
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import EXCLUSIVE_MARK, TopologyService
@@ -96,13 +95,6 @@ class ConsumerLink:
         return self.core is None or self.core.cancelled
 
 
-def expected_set_count(queue: Queue) -> int:
-    """How many binding sets a queue has at least: its default binding, and a priority
-    queue's bands."""
-    max_priority = max_priority_of(queue.arguments)
-    return 1 + (band_count(max_priority) if max_priority is not None else 0)
-
-
 def _name(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "")
 
@@ -136,6 +128,7 @@ class Consumers:
         # understands consumer_cancel_notify.
         self.notify_cancel = notify_cancel
         self.links: set[ConsumerLink] = set()
+        self.sources = QueueSources(ctx, cache, topology)
         self.getters = Getters(self)
         # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).
         self.trimmed: Callable[[str, str], Awaitable[None]] | None = None
@@ -156,7 +149,7 @@ class Consumers:
         (exclusive use)."""
         channel = session.core
         channel.check_tag_free(tag)
-        record, sets = await self._queue_and_sets(queue)
+        record, sets = await self.sources.to_consume(queue)
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
         link = ConsumerLink(session, tag, queue, exclusive, record)
         link.core = channel.add_consumer(tag, queue, no_ack, exclusive, link)
@@ -191,66 +184,13 @@ class Consumers:
         if link.waiting:
             self.spawn(wait_for_turn, self, link)
 
-    async def _queue_and_sets(self, queue: str) -> tuple[Queue, list[BindingSet]]:
-        """The queue (usable by this connection: NotFound, ResourceLocked) and the binding
-        sets to read, from the topology cache when it has them all (no ZooKeeper round trip
-        before the first delivery), else from ZooKeeper. Registering the consumer then
-        confirms in ZooKeeper that the queue is still there."""
-        vhost = self.ctx.vhost
-        cached = self.cache.queue(vhost, queue)
-        if cached is not None:
-            sets = self._cached_sets(cached)
-            if sets is not None:
-                self.topology.check_usable(vhost, cached, self.ctx.owner, (60, 20))
-                return cached, sets
-        record = await trio.to_thread.run_sync(
-            self.topology.usable_queue, vhost, queue, self.ctx.owner, (60, 20)
-        )
-        found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue)
-        return record, [s for s, _ in found]
-
-    def _cached_sets(self, queue: Queue) -> list[BindingSet] | None:
-        """The queue's binding sets (and retired ones draining into it) from the topology
-        cache, None unless it has at least those the queue was declared with."""
-        sets = self.cache.binding_sets_of_queue(self.ctx.vhost, queue.name)
-        if not sets or len(sets) < expected_set_count(queue):
-            return None
-        return sets + self.cache.draining_sets(self.ctx.vhost, queue.name)
-
-    async def binding_sets_of(self, queue: Queue) -> list[BindingSet]:
-        """The binding sets to read `queue` from: the cache's, else ZooKeeper's."""
-        cached = self._cached_sets(queue)
-        if cached is not None:
-            return cached
-        vhost = self.ctx.vhost
-        found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue.name)
-        return [s for s, _ in found]
-
-    async def subscription_stats(self, sets: list[BindingSet]) -> dict[str, SubscriptionStats]:
-        """Pulsar's stats of each set's subscription (asked at once), by subscription."""
-        found: dict[str, SubscriptionStats] = {}
-
-        async def one(binding_set: BindingSet) -> None:
-            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
-            stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
-            if binding_set.subscription in stats:
-                found[binding_set.subscription] = stats[binding_set.subscription]
-
-        async with trio.open_nursery() as nursery:
-            for binding_set in sets:
-                nursery.start_soon(one, binding_set)
-        return found
-
     async def _subscribe_all(self, link: ConsumerLink, sets: list[BindingSet]) -> None:
         """Subscribe to every set at once (a priority queue's bands arrive together, as
         RabbitMQ hands them over); a priority queue's consumer first learns each band's
         backlog, so that a lower band waits for a higher band's messages."""
         banded = [s for s in sets if rank(s) > 0]
-        backlogs = (
-            {sub: stats.backlog for sub, stats in (await self.subscription_stats(banded)).items()}
-            if banded
-            else {}
-        )
+        stats = await self.sources.subscription_stats(banded) if banded else {}
+        backlogs = {subscription: found.backlog for subscription, found in stats.items()}
         if len(sets) == 1:
             await self.subscribe(link, sets[0], backlogs.get(sets[0].subscription))
             return

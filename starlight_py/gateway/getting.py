@@ -76,13 +76,14 @@ class Getters:
             await trio.to_thread.run_sync(
                 self.consumers.topology.touch_queue, self.consumers.ctx.vhost, queue, True
             )
-        sets = await self.consumers.binding_sets_of(record)
+        sets = await self.consumers.sources.binding_sets_of(record)
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
         ready: dict[str, int] = {}
         delayed: set[str] = set()
         waiting = 0  # backlog less delayed: ready or delivered and unacked
         batching = self.consumers.backend.batching
-        for subscription, found_stats in (await self.consumers.subscription_stats(sets)).items():
+        stats = await self.consumers.sources.subscription_stats(sets)
+        for subscription, found_stats in stats.items():
             # With batching, Pulsar counts entries: one partly acknowledged (or held by a
             # closing getter) may still have ready messages whatever `ready` says.
             ready[subscription] = found_stats.backlog if batching else found_stats.ready
