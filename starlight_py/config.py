@@ -477,6 +477,15 @@ class StarlightConfig:
             "Example: http://0.0.0.0:9101.",
         ),
     )
+    queue_metrics_interval: float = field(
+        default=10 * SECONDS,
+        metadata=_key(
+            "queueMetricsIntervalMillis",
+            "Time between two readings of the Pulsar brokers' metrics for the per-queue "
+            "metrics (rabbitmq_queue_messages_ready & co.; by the cleaner's leader).",
+            "ms",
+        ),
+    )
     log_level: str = field(
         default="INFO",
         metadata=_key("logLevel", "DEBUG, INFO, WARNING or ERROR."),
@@ -543,6 +552,8 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("amqpMaxConnectionsPerIp", "must not be negative (0: no limit)")
     if cfg.zookeeper_session_timeout < 2 * SECONDS:
         raise ConfigError("zooKeeperSessionTimeoutMillis", "must be at least 2000")
+    if cfg.queue_metrics_interval <= 0:
+        raise ConfigError("queueMetricsIntervalMillis", "must be positive")
     if cfg.cleaner_interval <= 0:
         raise ConfigError("subscriptionCleanerIntervalMillis", "must be positive")
     if cfg.cleaner_grace < 0:

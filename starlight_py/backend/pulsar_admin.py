@@ -14,6 +14,7 @@ import logging
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import IO, Any
@@ -228,6 +229,34 @@ class PulsarAdmin:
     def clusters(self) -> list[str]:
         result: list[str] = self._request("GET", "/admin/v2/clusters")
         return result
+
+    def brokers(self) -> list[str]:
+        """The web addresses (`host:port`) of every broker of every cluster."""
+        found: list[str] = []
+        for cluster in self.clusters():
+            listed = self._request("GET", f"/admin/v2/brokers/{urllib.parse.quote(cluster)}")
+            found.extend(str(b) for b in listed or [])
+        return found
+
+    def broker_metrics_pages(self) -> list[str]:
+        """The Prometheus page (`/metrics/`) of every broker: one request each. With one
+        broker, the admin URL's (its advertised address may not be reachable from here).
+        Raises PulsarAdminError, BackendUnavailable."""
+        brokers = self.brokers()
+        if len(brokers) <= 1:
+            return [self._exchange("GET", "/metrics/")[2].decode("utf-8", "replace")]
+        scheme = self.web_url.split("://", 1)[0]
+        pages = []
+        for broker in brokers:
+            request = urllib.request.Request(
+                f"{scheme}://{broker}/metrics/", method="GET", headers=self._headers()
+            )
+            try:
+                with self._opener.open(request, timeout=self.timeout) as response:
+                    pages.append(response.read().decode("utf-8", "replace"))
+            except (OSError, http.client.HTTPException) as e:
+                raise BackendUnavailable(f"metrics of Pulsar broker {broker}: {e}") from e
+        return pages
 
     def broker_setting(self, name: str) -> str | None:
         """A setting of the broker answering (its runtime configuration); None when it

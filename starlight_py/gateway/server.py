@@ -59,6 +59,7 @@ from starlight_py.model.naming import TopicName
 from starlight_py.model.proxy_protocol import ProxyHeader, ProxyProtocolError
 from starlight_py.ops.health import serve_health
 from starlight_py.ops.metrics import LiveCounts, ProxyMetrics
+from starlight_py.ops.queue_metrics import QueueMetrics
 from starlight_py.topology.service import TopologyService
 from starlight_py.workers import worker_index
 
@@ -380,7 +381,12 @@ def live_counts(services: ProxyServices) -> LiveCounts:
     consumers = sum(
         len(session.core.consumers) for c in connections for session in list(c.channels.values())
     )
-    return LiveCounts(len(connections), channels, consumers, len(services.producers))
+    by_vhost: dict[str, tuple[int, int]] = {}
+    for c in connections:
+        if c.vhost is not None:
+            seen = by_vhost.get(c.vhost.vhost, (0, 0))
+            by_vhost[c.vhost.vhost] = (seen[0] + 1, seen[1] + len(c.channels))
+    return LiveCounts(len(connections), channels, consumers, len(services.producers), by_vhost)
 
 
 def readiness_problems(services: ProxyServices) -> list[str]:
@@ -544,6 +550,15 @@ async def _serve(
 
     async with trio.open_nursery() as nursery:
         if config.metrics_listener:
+            queue_metrics = QueueMetrics(
+                services.topology.admin,
+                services.cache,
+                services.topology,
+                lambda: services.cleaner is None or services.cleaner.stats.leader,
+                config.queue_metrics_interval,
+            )
+            services.metrics.register(queue_metrics)
+            nursery.start_soon(queue_metrics.run)
             address = urlsplit(config.metrics_listener)
             await nursery.start(
                 serve_health,

@@ -493,8 +493,11 @@ class TopologyService:
         open after a cancel as long as the channel holds messages it delivered (and
         basic.get uses Pulsar consumers too)."""
         depth, _ = self.queue_depth(vhost, namespace, name, False)
-        consumers = len(self.zk.children(self.paths.queue_consumers(vhost, name)))
-        return QueueCounts(depth.messages, consumers)
+        return QueueCounts(depth.messages, self.consumer_count(vhost, name))
+
+    def consumer_count(self, vhost: str, name: str) -> int:
+        """The queue's AMQP consumers on every proxy (their ZooKeeper registrations)."""
+        return len(self.zk.children(self.paths.queue_consumers(vhost, name)))
 
     def held_messages(self, vhost: str, name: str) -> int:
         """AMQP deliveries of the queue not yet acknowledged, on every proxy: this
