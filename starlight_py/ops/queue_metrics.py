@@ -33,6 +33,9 @@ from starlight_py.topology.service import TopologyService
 log = logging.getLogger("starlight.metrics")
 
 QUEUE_METRICS_INTERVAL = 10.0  # seconds between two readings of the brokers' metrics
+# Topics missing from the brokers' pages (not loaded in a broker since it started: Pulsar
+# loads a topic when a client or an admin call needs it) asked by stats calls, per reading.
+TOPIC_STATS_PER_READING = 500
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class QueueSubscriptions:
     vhost: str
     queue: str
     subscriptions: tuple[tuple[str, str], ...]
+    topics: tuple[naming.TopicName, ...] = ()
 
 
 def combine(
@@ -64,10 +68,13 @@ def combine(
     """The queues' samples, counted as RabbitMQ counts them (model/counts.py): ready =
     the backlog less delayed messages and AMQP deliveries unacked on every proxy, never
     less than what Pulsar has not dispatched. `held` and `consumers` (ZooKeeper reads) are
-    asked only for queues Pulsar shows with consumers or unacknowledged messages."""
+    asked only for queues Pulsar shows with consumers or unacknowledged messages. A queue
+    with a subscription missing from `samples` is left out (a 0 would be a guess)."""
     found = []
     for entry in queues:
-        parts = [samples[key] for key in entry.subscriptions if key in samples]
+        if not all(key in samples for key in entry.subscriptions):
+            continue
+        parts = [samples[key] for key in entry.subscriptions]
         backlog = sum(int(p.backlog) for p in parts)
         delayed = sum(int(p.delayed) for p in parts)
         pulsar_unacked = sum(int(p.unacked) for p in parts)
@@ -91,7 +98,7 @@ def combine(
 
 def queue_subscriptions(cache: TopologyCache) -> list[QueueSubscriptions]:
     """Every queue of the cache with its binding subscriptions' Pulsar names."""
-    by_queue: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    by_queue: dict[tuple[str, str], list[tuple[naming.TopicName, str]]] = {}
     for vhost, queue in cache.queues():
         by_queue[(vhost, queue.name)] = []
     for vhost, binding_set in cache.all_binding_sets():
@@ -99,12 +106,29 @@ def queue_subscriptions(cache: TopologyCache) -> list[QueueSubscriptions]:
         record = cache.vhost(vhost)
         if subscriptions is None or record is None:
             continue
-        topic = str(naming.TopicName(record.namespace, binding_set.topic))
+        topic = naming.TopicName(record.namespace, binding_set.topic)
         subscriptions.append((topic, binding_set.subscription))
     return [
-        QueueSubscriptions(vhost, queue, tuple(subs))
+        QueueSubscriptions(
+            vhost,
+            queue,
+            tuple((str(topic), subscription) for topic, subscription in subs),
+            tuple(topic for topic, _ in subs),
+        )
         for (vhost, queue), subs in sorted(by_queue.items())
     ]
+
+
+def missing_topics(
+    queues: Iterable[QueueSubscriptions], samples: dict[tuple[str, str], SubscriptionSample]
+) -> list[naming.TopicName]:
+    """Topics of the queues' subscriptions that `samples` lacks, each once, in order."""
+    seen: dict[str, naming.TopicName] = {}
+    for entry in queues:
+        for key, topic in zip(entry.subscriptions, entry.topics, strict=False):
+            if key not in samples and key[0] not in seen:
+                seen[key[0]] = topic
+    return list(seen.values())
 
 
 class QueueMetrics(Collector):
@@ -146,12 +170,18 @@ class QueueMetrics(Collector):
         samples: dict[tuple[str, str], SubscriptionSample] = {}
         for page in self.admin.broker_metrics_pages():
             samples.update(parse_subscription_metrics(page))
-        return combine(
-            queue_subscriptions(self.cache),
-            samples,
-            self.topology.held_messages,
-            self.topology.consumer_count,
-        )
+        queues = queue_subscriptions(self.cache)
+        # Topics no broker has loaded: a stats call each (it loads them, so later readings
+        # find them in the pages), a bounded number per reading.
+        for topic in missing_topics(queues, samples)[:TOPIC_STATS_PER_READING]:
+            for subscription, stats in self.admin.subscription_stats(topic).items():
+                samples[(str(topic), subscription)] = SubscriptionSample(
+                    stats.backlog,
+                    stats.delayed,
+                    stats.unacked,
+                    len(stats.consumer_names),
+                )
+        return combine(queues, samples, self.topology.held_messages, self.topology.consumer_count)
 
     def collect(self) -> Iterable[Metric]:
         samples = self.samples if self.exporting() else []

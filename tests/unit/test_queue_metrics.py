@@ -11,9 +11,17 @@ from typing import Any, cast
 from prometheus_client import generate_latest
 
 from starlight_py.cluster.cleaner import CleanerStats
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import TopicName
 from starlight_py.ops.broker_metrics import SubscriptionSample, parse_subscription_metrics
 from starlight_py.ops.metrics import LiveCounts, ProxyMetrics
-from starlight_py.ops.queue_metrics import QueueMetrics, QueueSample, QueueSubscriptions, combine
+from starlight_py.ops.queue_metrics import (
+    QueueMetrics,
+    QueueSample,
+    QueueSubscriptions,
+    combine,
+    missing_topics,
+)
 
 # ruff: noqa: E501 (lines of the broker's page as it writes them)
 
@@ -49,17 +57,33 @@ def test_queue_counts_are_rabbitmqs() -> None:
         asked.append((vhost, queue))
         return 3  # AMQP deliveries unacked; the 4th Pulsar-unacked one is read ahead
 
+    other = "persistent://public/default/other"
+    samples[(other, "idle~~b2")] = SubscriptionSample(backlog=4)
     queues = [
         QueueSubscriptions("/", "orders", ((TOPIC, "orders~~a1"),)),
-        QueueSubscriptions("/", "idle", (("persistent://public/default/other", "idle~~b2"),)),
+        QueueSubscriptions("/", "idle", ((other, "idle~~b2"),)),
+        # A subscription the brokers did not report: the queue is left out, not 0.
+        QueueSubscriptions("/", "unknown", ((other, "idle~~b2"), (other, "unknown~~c3"))),
     ]
+    assert missing_topics(queues, samples) == []  # no TopicName given: nothing to ask
     found = combine(queues, samples, held, lambda vhost, queue: 2)
     assert found == [
         # ready: backlog 7 - delayed 1 - held 3 = 3 (one of them read ahead by a proxy)
         QueueSample("/", "orders", 3, 3, 2, 12.5, 11.0),
-        QueueSample("/", "idle", 0, 0, 0, 0.0, 0.0),
+        QueueSample("/", "idle", 4, 0, 0, 0.0, 0.0),
     ]
     assert asked == [("/", "orders")]  # the idle queue costs no ZooKeeper read
+
+
+def test_topics_missing_from_the_pages_are_listed_once() -> None:
+    namespace = NamespaceName("public", "default")
+    known, absent = TopicName(namespace, "known"), TopicName(namespace, "absent")
+    samples = {(str(known), "a"): SubscriptionSample()}
+    queues = [
+        QueueSubscriptions("/", "q1", ((str(known), "a"), (str(absent), "b")), (known, absent)),
+        QueueSubscriptions("/", "q2", ((str(absent), "c"),), (absent,)),
+    ]
+    assert missing_topics(queues, samples) == [absent]
 
 
 def test_every_metric_of_the_grafana_dashboard_is_exported() -> None:
