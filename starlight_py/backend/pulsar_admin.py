@@ -238,25 +238,27 @@ class PulsarAdmin:
             found.extend(str(b) for b in listed or [])
         return found
 
-    def broker_metrics_pages(self) -> list[str]:
-        """The Prometheus page (`/metrics/`) of every broker: one request each. With one
-        broker, the admin URL's (its advertised address may not be reachable from here).
-        Raises PulsarAdminError, BackendUnavailable."""
+    def broker_topic_stats(self) -> list[Any]:
+        """Every broker's stats of all its topics (`/admin/v2/broker-stats/topics`, computed
+        by the broker every statsUpdateFrequencyInSecs): one request each. With one broker,
+        the admin URL's (its advertised address may not be reachable from here). Raises
+        PulsarAdminError, BackendUnavailable."""
+        path = "/admin/v2/broker-stats/topics"
         brokers = self.brokers()
         if len(brokers) <= 1:
-            return [self._exchange("GET", "/metrics/")[2].decode("utf-8", "replace")]
+            return [self._request("GET", path)]
         scheme = self.web_url.split("://", 1)[0]
-        pages = []
+        answers = []
         for broker in brokers:
             request = urllib.request.Request(
-                f"{scheme}://{broker}/metrics/", method="GET", headers=self._headers()
+                f"{scheme}://{broker}{path}", method="GET", headers=self._headers()
             )
             try:
                 with self._opener.open(request, timeout=self.timeout) as response:
-                    pages.append(response.read().decode("utf-8", "replace"))
-            except (OSError, http.client.HTTPException) as e:
-                raise BackendUnavailable(f"metrics of Pulsar broker {broker}: {e}") from e
-        return pages
+                    answers.append(json.loads(response.read()))
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                raise BackendUnavailable(f"topic stats of Pulsar broker {broker}: {e}") from e
+        return answers
 
     def broker_setting(self, name: str) -> str | None:
         """A setting of the broker answering (its runtime configuration); None when it

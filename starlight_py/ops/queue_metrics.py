@@ -2,11 +2,11 @@
 `rabbitmq_queue_messages_unacked`, `rabbitmq_queue_messages`, `rabbitmq_queue_consumers`,
 labels `vhost` and `queue`), plus the deliver and ack rates Pulsar measures.
 
-How they are gathered (docs/operations.md#metrics): every QUEUE_METRICS_INTERVAL the proxy
-that leads the SubscriptionCleaner (every proxy when the cleaner is off) reads each Pulsar
-broker's Prometheus page once (ops/broker_metrics.py), which has every subscription's
-backlog, delayed and unacknowledged messages and consumers, and maps the queues' binding
-subscriptions (from the topology cache) onto it. Only queues Pulsar shows as being consumed
+How they are gathered (docs/operations.md#queue-metrics): every QUEUE_METRICS_INTERVAL the
+proxy that leads the SubscriptionCleaner (every proxy when the cleaner is off) reads each
+Pulsar broker's stats of all its topics once (ops/broker_metrics.py), which have every
+subscription's backlog, consumers and rates, and maps the queues' binding subscriptions
+(from the topology cache) onto them. Only queues Pulsar shows as being consumed
 cost ZooKeeper reads (the AMQP deliveries unacked on every proxy, and the AMQP consumers).
 A Prometheus scrape only reads the last snapshot: it never waits for Pulsar or ZooKeeper.
 Only the leader exports queue series, so that summing over proxies counts each queue once
@@ -27,13 +27,13 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model import naming
 from starlight_py.model.counts import ready_messages
-from starlight_py.ops.broker_metrics import SubscriptionSample, parse_subscription_metrics
+from starlight_py.ops.broker_metrics import SubscriptionSample, parse_topic_stats
 from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.metrics")
 
 QUEUE_METRICS_INTERVAL = 10.0  # seconds between two readings of the brokers' metrics
-# Topics missing from the brokers' pages (not loaded in a broker since it started: Pulsar
+# Topics missing from the brokers' stats (not loaded in a broker since it started: Pulsar
 # loads a topic when a client or an admin call needs it) asked by stats calls, per reading.
 TOPIC_STATS_PER_READING = 500
 
@@ -166,13 +166,13 @@ class QueueMetrics(Collector):
             await trio.sleep(self.interval)
 
     def gather(self) -> list[QueueSample]:
-        """Blocking: one metrics page per broker, then ZooKeeper reads for busy queues."""
+        """Blocking: one request per broker, then ZooKeeper reads for busy queues."""
         samples: dict[tuple[str, str], SubscriptionSample] = {}
-        for page in self.admin.broker_metrics_pages():
-            samples.update(parse_subscription_metrics(page))
+        for answer in self.admin.broker_topic_stats():
+            samples.update(parse_topic_stats(answer))
         queues = queue_subscriptions(self.cache)
         # Topics no broker has loaded: a stats call each (it loads them, so later readings
-        # find them in the pages), a bounded number per reading.
+        # find them in the brokers' stats), a bounded number per reading.
         for topic in missing_topics(queues, samples)[:TOPIC_STATS_PER_READING]:
             for subscription, stats in self.admin.subscription_stats(topic).items():
                 samples[(str(topic), subscription)] = SubscriptionSample(

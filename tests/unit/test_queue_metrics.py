@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from starlight_py.cluster.cleaner import CleanerStats
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import TopicName
-from starlight_py.ops.broker_metrics import SubscriptionSample, parse_subscription_metrics
+from starlight_py.ops.broker_metrics import SubscriptionSample, parse_topic_stats
 from starlight_py.ops.metrics import LiveCounts, ProxyMetrics
 from starlight_py.ops.queue_metrics import (
     QueueMetrics,
@@ -23,34 +23,48 @@ from starlight_py.ops.queue_metrics import (
     missing_topics,
 )
 
-# ruff: noqa: E501 (lines of the broker's page as it writes them)
-
 TOPIC = "persistent://public/default/amq.default~~orders"
-PAGE = f"""# TYPE pulsar_subscription_back_log gauge
-pulsar_subscription_back_log{{cluster="standalone",namespace="public/default",topic="{TOPIC}",subscription="orders~~a1"}} 7
-pulsar_subscription_delayed{{cluster="standalone",namespace="public/default",topic="{TOPIC}",subscription="orders~~a1"}} 1
-pulsar_subscription_unacked_messages{{cluster="standalone",topic="{TOPIC}",subscription="orders~~a1"}} 4
-pulsar_subscription_consumers_count{{topic="{TOPIC}",subscription="orders~~a1"}} 2
-pulsar_subscription_msg_rate_out{{topic="{TOPIC}",subscription="orders~~a1"}} 12.5
-pulsar_subscription_msg_ack_rate{{topic="{TOPIC}",subscription="orders~~a1"}} 11.0
-pulsar_subscription_back_log{{topic="{TOPIC}",subscription="we\\"ird"}} 3 1700000000000
-pulsar_subscription_in_replay{{topic="{TOPIC}",subscription="orders~~a1"}} 0
-pulsar_topics_count{{cluster="standalone"}} 12
-pulsar_subscription_back_log{{topic="{TOPIC}"}} 9
-pulsar_subscription_back_log{{topic="{TOPIC}",subscription="x"}} NaNish
-"""
+STATS = {
+    "public/default": {
+        "0x00000000_0x40000000": {
+            "persistent": {
+                TOPIC: {
+                    "msgRateIn": 3.0,
+                    "subscriptions": {
+                        "orders~~a1": {
+                            "msgBacklog": 7,
+                            "msgDelayed": 1,
+                            "msgRateOut": 12.5,
+                            "messageAckRate": 11.0,
+                            "consumers": [
+                                {"consumerName": "p/1/c1", "unackedMessages": 3},
+                                {"consumerName": "p/2/c2", "unackedMessages": 1},
+                            ],
+                            "type": "Shared",
+                        },
+                        "bare~~b2": {"msgBacklog": 2},
+                        "broken~~c3": {"msgBacklog": "lots"},
+                    },
+                },
+                "persistent://public/default/no-subscriptions": {"msgRateIn": 0.0},
+            }
+        }
+    },
+    "odd": ["not", "a", "map"],
+}
 
 
-def test_subscription_samples_are_read_from_the_page() -> None:
-    samples = parse_subscription_metrics(PAGE)
-    assert samples[(TOPIC, "orders~~a1")] == SubscriptionSample(7, 1, 4, 2, 12.5, 11.0)
-    # Escaped quotes in labels, timestamps after the value; unreadable lines skipped.
-    assert samples[(TOPIC, 'we"ird')].backlog == 3
-    assert set(samples) == {(TOPIC, "orders~~a1"), (TOPIC, 'we"ird')}
+def test_subscription_samples_are_read_from_the_brokers_topic_stats() -> None:
+    samples = parse_topic_stats(STATS)
+    assert samples == {
+        (TOPIC, "orders~~a1"): SubscriptionSample(7, 1, 4, 2, 12.5, 11.0),
+        (TOPIC, "bare~~b2"): SubscriptionSample(backlog=2),
+    }
+    assert parse_topic_stats(None) == {}
 
 
 def test_queue_counts_are_rabbitmqs() -> None:
-    samples = parse_subscription_metrics(PAGE)
+    samples = parse_topic_stats(STATS)
     asked: list[tuple[str, str]] = []
 
     def held(vhost: str, queue: str) -> int:
