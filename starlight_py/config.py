@@ -481,8 +481,9 @@ class StarlightConfig:
         default=10 * SECONDS,
         metadata=_key(
             "queueMetricsIntervalMillis",
-            "Time between two readings of the Pulsar brokers' metrics for the per-queue "
-            "metrics (rabbitmq_queue_messages_ready & co.; by the cleaner's leader).",
+            "Time between two readings of the Pulsar brokers' topic stats for the per-queue "
+            "metrics (rabbitmq_queue_messages_ready & co.; by the cleaner's leader); 0: no "
+            "per-queue metrics.",
             "ms",
         ),
     )
@@ -552,8 +553,8 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("amqpMaxConnectionsPerIp", "must not be negative (0: no limit)")
     if cfg.zookeeper_session_timeout < 2 * SECONDS:
         raise ConfigError("zooKeeperSessionTimeoutMillis", "must be at least 2000")
-    if cfg.queue_metrics_interval <= 0:
-        raise ConfigError("queueMetricsIntervalMillis", "must be positive")
+    if cfg.queue_metrics_interval < 0:
+        raise ConfigError("queueMetricsIntervalMillis", "must not be negative")
     if cfg.cleaner_interval <= 0:
         raise ConfigError("subscriptionCleanerIntervalMillis", "must be positive")
     if cfg.cleaner_grace < 0:

@@ -549,7 +549,7 @@ async def _serve(
             services.limits.release(ticket)
 
     async with trio.open_nursery() as nursery:
-        if config.metrics_listener:
+        if config.metrics_listener and config.queue_metrics_interval > 0:
             queue_metrics = QueueMetrics(
                 services.topology.admin,
                 services.cache,
@@ -559,6 +559,7 @@ async def _serve(
             )
             services.metrics.register(queue_metrics)
             nursery.start_soon(queue_metrics.run)
+        if config.metrics_listener:
             address = urlsplit(config.metrics_listener)
             await nursery.start(
                 serve_health,

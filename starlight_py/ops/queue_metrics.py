@@ -27,6 +27,7 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model import naming
 from starlight_py.model.counts import ready_messages
+from starlight_py.model.namespaces import NamespaceName
 from starlight_py.ops.broker_metrics import SubscriptionSample, parse_topic_stats
 from starlight_py.topology.service import TopologyService
 
@@ -101,12 +102,16 @@ def queue_subscriptions(cache: TopologyCache) -> list[QueueSubscriptions]:
     by_queue: dict[tuple[str, str], list[tuple[naming.TopicName, str]]] = {}
     for vhost, queue in cache.queues():
         by_queue[(vhost, queue.name)] = []
+    namespaces: dict[str, NamespaceName | None] = {}
     for vhost, binding_set in cache.all_binding_sets():
         subscriptions = by_queue.get((vhost, binding_set.queue))
-        record = cache.vhost(vhost)
-        if subscriptions is None or record is None:
+        if vhost not in namespaces:
+            record = cache.vhost(vhost)
+            namespaces[vhost] = record.namespace if record is not None else None
+        namespace = namespaces[vhost]
+        if subscriptions is None or namespace is None:
             continue
-        topic = naming.TopicName(record.namespace, binding_set.topic)
+        topic = naming.TopicName(namespace, binding_set.topic)
         subscriptions.append((topic, binding_set.subscription))
     return [
         QueueSubscriptions(

@@ -474,3 +474,12 @@ def test_every_config_key_is_documented_in_the_shipped_conf_file() -> None:
 
 def test_shipped_conf_file_loads_to_the_defaults() -> None:
     assert load_config(SHIPPED_CONF) == StarlightConfig()
+
+
+def test_queue_metrics_can_be_turned_off_but_not_negative() -> None:
+    assert (
+        load_config(env={"STARLIGHT_QUEUE_METRICS_INTERVAL_MILLIS": "0"}).queue_metrics_interval
+        == 0
+    )
+    error = config_error(queueMetricsIntervalMillis="-1")
+    assert error.key == "queueMetricsIntervalMillis" and "negative" in str(error)
