@@ -65,6 +65,8 @@ from starlight_py.workers import worker_index
 
 log = logging.getLogger("starlight.server")
 
+PULSAR_CHECK_WAIT = 5.0  # seconds the startup check of Pulsar's admin API waits at most
+
 # What RabbitMQ advertises and clients check before using a feature (pika refuses
 # confirm_delivery without publisher_confirms, for instance).
 CAPABILITIES: FieldTable = {
@@ -356,6 +358,7 @@ async def serve(
     services.cache.on_change(services.topology_changed)
     try:
         await _connect_metadata(services.zookeeper, shutdown)
+        await _warn_if_pulsar_unreachable(services, shutdown)
         async with trio.open_nursery() as nursery:
             # TreeCache.start blocks until ZooKeeper answers: never keep listeners waiting,
             # and never a shutdown either (the thread is abandoned; stopping the ZooKeeper
@@ -467,6 +470,33 @@ async def _connect_metadata(zookeeper: ZooKeeperClient, shutdown: ShutdownReques
             log.error("%s; serving anyway, metadata operations fail until it is reachable", e)
             zookeeper.kazoo.start_async()
         nursery.cancel_scope.cancel()
+
+
+async def _warn_if_pulsar_unreachable(
+    services: ProxyServices, shutdown: ShutdownRequest | None
+) -> None:
+    """Say at startup when Pulsar's admin API does not answer (the proxy serves anyway:
+    clients get 541 with the reason until it does). Waits at most PULSAR_CHECK_WAIT."""
+    admin = services.topology.admin
+    problem: str | None = None
+    with trio.move_on_after(PULSAR_CHECK_WAIT) as waited:
+        async with trio.open_nursery() as nursery:
+            if shutdown is not None:
+                nursery.start_soon(_cancel_when_set, shutdown.requested, nursery.cancel_scope)
+            try:
+                await trio.to_thread.run_sync(admin.clusters, abandon_on_cancel=True)
+            except (BackendUnavailable, PulsarAdminError) as e:
+                problem = str(e)
+            nursery.cancel_scope.cancel()
+    if waited.cancelled_caught:
+        problem = f"no answer within {PULSAR_CHECK_WAIT:g} s"
+    if problem is not None:
+        log.error(
+            "Pulsar admin API %s unreachable at startup (%s); serving anyway, clients get "
+            "541 INTERNAL_ERROR until it answers",
+            admin.web_url,
+            problem,
+        )
 
 
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
