@@ -10,6 +10,8 @@ an operator's existing conf file keeps working.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +22,8 @@ from urllib.parse import urlsplit
 from starlight_py.backend.broker_auth import BrokerAuthError, parse_broker_auth
 from starlight_py.units import KIB, MIB, MILLISECONDS, SECONDS
 
+log = logging.getLogger("starlight.config")
+
 ENV_PREFIX = "STARLIGHT_"
 
 
@@ -29,6 +33,40 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
+        self.problems = [self]
+
+
+class ConfigErrors(ConfigError):
+    """Several problems found at once (each on a line of its own); `key` is the first's."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        ValueError.__init__(self, "\n".join(str(p) for p in problems))
+        self.key = problems[0].key
+        self.problems = list(problems)
+
+
+def _raise_all(problems: list[ConfigError]) -> None:
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ConfigErrors(problems)
+
+
+# STARLIGHT_* variables that are not configuration keys: the tools' own (docs/configuration.md).
+OTHER_ENV_VARS = frozenset(
+    {
+        "STARLIGHT_CACHE_DIR",
+        "STARLIGHT_MAVEN_REPOSITORY",
+        "STARLIGHT_PULSAR_URL",
+        "STARLIGHT_PULSAR_WEB_URL",
+        "STARLIGHT_ZOOKEEPER",
+        "STARLIGHT_WORKER_INDEX",
+        "STARLIGHT_SUPERVISOR_PID",
+        "STARLIGHT_FUZZ_SCALE",
+        "STARLIGHT_NESTING_FLOOD_SECONDS",
+    }
+)
+OTHER_ENV_PREFIXES = ("STARLIGHT_TEST_", "STARLIGHT_CELERY_")
 
 
 @dataclass(frozen=True)
@@ -758,10 +796,22 @@ def _convert(key: str, f: dataclasses.Field[Any], raw: str) -> Any:
         raise ConfigError(key, f"invalid value {raw!r}: {e}") from e
 
 
-def read_conf_file(path: Path) -> dict[str, str]:
-    """Read `key=value` lines; `#` starts a comment line. Raises ConfigError for unknown keys
-    (a typo silently ignored is a production incident) and OSError when unreadable."""
+def read_conf_file(path: Path, ignored: list[str] | None = None) -> dict[str, str]:
+    """Read `key=value` lines; `#` starts a comment line. Raises ConfigError (ConfigErrors
+    for several) for lines without `=` and for unknown keys that look like a typo of ours
+    (a typo silently ignored is a production incident), OSError when unreadable. Other
+    unknown keys (a Starlight for RabbitMQ or Pulsar proxy file's) are skipped, each with a
+    line in `ignored`."""
+    values, problems = _parse_conf_file(path, ignored)
+    _raise_all(problems)
+    return values
+
+
+def _parse_conf_file(
+    path: Path, ignored: list[str] | None
+) -> tuple[dict[str, str], list[ConfigError]]:
     values: dict[str, str] = {}
+    problems: list[ConfigError] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith(("#", "!")):
@@ -769,11 +819,43 @@ def read_conf_file(path: Path) -> dict[str, str]:
         key, sep, value = stripped.partition("=")
         key = key.strip()
         if not sep:
-            raise ConfigError(key, f"{path}:{number}: expected key=value")
-        if key not in CONFIG_KEYS:
-            raise ConfigError(key, f"{path}:{number}: unknown configuration key")
-        values[key] = value.strip()
-    return values
+            problems.append(ConfigError(key, f"{path}:{number}: expected key=value"))
+        elif key in CONFIG_KEYS:
+            values[key] = value.strip()
+        elif (near := _near_key(key)) is not None:
+            problems.append(
+                ConfigError(
+                    key, f"{path}:{number}: unknown configuration key (did you mean {near}?)"
+                )
+            )
+        elif ignored is not None:
+            ignored.append(f"{path}:{number}: {key} is not a starlight-py key: ignored")
+    return values, problems
+
+
+def _near_key(key: str) -> str | None:
+    """One of our keys that `key` is probably a typo of."""
+    found = difflib.get_close_matches(key, list(CONFIG_KEYS), n=1, cutoff=0.85)
+    lowered = {k.lower(): k for k in CONFIG_KEYS}
+    return found[0] if found else lowered.get(key.lower())
+
+
+def _env_problems(env: Mapping[str, str]) -> list[ConfigError]:
+    """STARLIGHT_* variables that name no key (and are not the tools' own)."""
+    known = {env_var_for(key): key for key in CONFIG_KEYS}
+    problems = []
+    for name in sorted(env):
+        if (
+            not name.startswith(ENV_PREFIX)
+            or name in known
+            or name in OTHER_ENV_VARS
+            or name.startswith(OTHER_ENV_PREFIXES)
+        ):
+            continue
+        near = difflib.get_close_matches(name, list(known), n=1, cutoff=0.85)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        problems.append(ConfigError(name, f"environment variable names no configuration key{hint}"))
+    return problems
 
 
 def load_config(
@@ -783,18 +865,35 @@ def load_config(
 ) -> StarlightConfig:
     """Build the configuration from defaults < conf file < env < overrides (keys are conf keys).
 
-    Raises ConfigError naming the offending key, or OSError when the file cannot be read.
+    Raises ConfigError naming the offending key (ConfigErrors naming every problem of the
+    file, the environment and the overrides at once), or OSError when the file cannot be
+    read. Keys of a file that are not ours and not a typo of ours are logged and ignored.
     """
     raw: dict[str, str] = {}
+    problems: list[ConfigError] = []
+    ignored: list[str] = []
     if path is not None:
-        raw.update(read_conf_file(path))
+        from_file, problems = _parse_conf_file(path, ignored)
+        raw.update(from_file)
+    problems.extend(_env_problems(env or {}))
     for key in CONFIG_KEYS:
         value = (env or {}).get(env_var_for(key))
         if value is not None:
             raw[key] = value
     for key, value in (overrides or {}).items():
         if key not in CONFIG_KEYS:
-            raise ConfigError(key, "unknown configuration key")
-        raw[key] = value
-    kwargs = {CONFIG_KEYS[k].name: _convert(k, CONFIG_KEYS[k], v) for k, v in raw.items()}
+            near = _near_key(key)
+            hint = f" (did you mean {near}?)" if near else ""
+            problems.append(ConfigError(key, f"unknown configuration key{hint}"))
+        else:
+            raw[key] = value
+    kwargs = {}
+    for key, value in raw.items():
+        try:
+            kwargs[CONFIG_KEYS[key].name] = _convert(key, CONFIG_KEYS[key], value)
+        except ConfigError as e:
+            problems.append(e)
+    _raise_all(problems)
+    for line in ignored:
+        log.warning("%s", line)
     return StarlightConfig(**kwargs)

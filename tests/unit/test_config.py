@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from pathlib import Path
 
@@ -205,8 +206,61 @@ def test_every_key_is_read_from_its_env_var() -> None:
     )
 
 
-def test_env_vars_of_other_programs_are_ignored() -> None:
-    assert load_config(env={"STARLIGHT_NOT_A_KEY": "x", "PATH": "/bin"}) == StarlightConfig()
+def test_env_vars_of_other_programs_and_of_the_tools_are_ignored() -> None:
+    env = {
+        "PATH": "/bin",
+        "STARLIGHT_CACHE_DIR": "/tmp/c",
+        "STARLIGHT_TEST_AMQP_URL": "amqp://x",
+        "STARLIGHT_WORKER_INDEX": "1",
+    }
+    assert load_config(env=env) == StarlightConfig()
+
+
+def test_a_starlight_variable_that_names_no_key_is_an_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env={"STARLIGHT_AMQP_LISTENER": "amqp://0.0.0.0:5672"})
+    assert info.value.key == "STARLIGHT_AMQP_LISTENER"
+    assert "did you mean STARLIGHT_AMQP_LISTENERS?" in str(info.value)
+
+
+def test_every_problem_is_named_at_once(tmp_path: Path) -> None:
+    path = write_conf(tmp_path, "amqpListner=amqp://0.0.0.0:5672\nlogLevel\namqpMaxFrameSize=big\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            path,
+            env={"STARLIGHT_NOPE": "1", "STARLIGHT_AMQP_HEARTBEAT_DELAY": "soon"},
+            overrides={"frameMax": "1"},
+        )
+    lines = str(info.value).splitlines()
+    assert [p.key for p in info.value.problems] == [
+        "amqpListner",
+        "logLevel",
+        "STARLIGHT_NOPE",
+        "frameMax",
+        "amqpMaxFrameSize",
+        "amqpHeartbeatDelay",
+    ]
+    assert len(lines) == 6 and "did you mean amqpListeners?" in lines[0]
+
+
+def test_keys_of_a_starlight_for_rabbitmq_file_are_ignored_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Starlight for RabbitMQ's gateway.conf: its own keys, Pulsar proxy keys, and ours.
+    path = write_conf(
+        tmp_path,
+        "brokerServiceURL=pulsar://pulsar:6650\n"
+        "amqpSessionCountLimit=256\n"
+        "amqpBatchingEnabled=true\n"
+        "servicePort=6650\n"
+        "amqpListeners=amqp://0.0.0.0:5672\n",
+    )
+    with caplog.at_level(logging.WARNING, logger="starlight.config"):
+        cfg = load_config(path)
+    assert cfg.pulsar_service_url == "pulsar://pulsar:6650"
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 3 and all("is not a starlight-py key: ignored" in w for w in warned)
+    assert "amqpSessionCountLimit" in warned[0] and f"{path}:2" in warned[0]
 
 
 def test_conf_file_syntax(tmp_path: Path) -> None:
