@@ -29,6 +29,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from starlight_py.local.download_progress import (
+    DownloadProgress,
+    artifact_folder,
+    maven_local_repository,
+)
 from starlight_py.local.errors import LocalInfraError
 
 PULSAR_VERSION = "4.0.8"
@@ -39,6 +44,7 @@ MIN_JAVA_MAJOR = 17
 
 _ARTIFACT = "org.apache.pulsar:pulsar-server-distribution"
 _SIZE_HINT = "about 250 MB"
+_EXPECTED_BYTES = 245 * 1024 * 1024
 _MARKER = ".starlight-extract-complete"
 _MAVEN_TAIL_LINES = 15
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -247,20 +253,29 @@ def _fetch_and_publish(root: Path, target: Path, version: str, log: Log) -> None
 
 def _maven_copy(mvn: str, coordinates: str, work: Path, log: Log) -> Path:
     download = work / "download"
-    # -B: no progress bars or colours, but not -q: the user should see Maven's
-    # "Downloading ..." / "Downloaded ..." lines for a 250 MB fetch.
-    tail = run_maven(
-        [
-            mvn,
-            "-B",
-            "dependency:copy",
-            f"-Dartifact={coordinates}",
-            f"-DoutputDirectory={download}",
-        ],
-        work,
-        coordinates,
+    # -B: no progress bars or colours. Maven's own lines (one per plugin file, hundreds)
+    # are not shown, only its warnings and errors (and its last lines if it fails); one
+    # progress line follows the 250 MB file instead.
+    repository = maven_local_repository(os.environ, Path.home())
+    with DownloadProgress(
+        f"Downloading Pulsar ({coordinates})",
+        artifact_folder(repository, coordinates),
+        _EXPECTED_BYTES,
         log,
-    )
+    ):
+        tail = run_maven(
+            [
+                mvn,
+                "-B",
+                "dependency:copy",
+                f"-Dartifact={coordinates}",
+                f"-DoutputDirectory={download}",
+            ],
+            work,
+            coordinates,
+            log,
+            shown=lambda line: line.startswith(("[ERROR]", "[WARNING]")),
+        )
     tarballs = sorted(download.glob("*.tar.gz"))
     if not tarballs:
         raise LocalInfraError(
