@@ -44,6 +44,8 @@ from starlight_py.gateway.tls import (
 )
 from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
+from starlight_py.management.http_server import serve_http
+from starlight_py.management.routes import management_api
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.permissions import PermissionCache
@@ -105,6 +107,7 @@ class ProxyServices:
     reaper: ExpiryReaper | None = None  # expires messages of queues nobody reads
     held: HeldMessages | None = None  # unacked deliveries by queue, for exact counts
     pre_acks: PreAcks | None = None  # drops messages from queues they were not routed to
+    management_url: str = ""  # where the management API listens, once it does
 
     def __post_init__(self) -> None:
         if self.lengths is None:
@@ -388,6 +391,25 @@ def readiness_problems(services: ProxyServices) -> list[str]:
     return problems
 
 
+async def _start_management(
+    nursery: trio.Nursery, config: StarlightConfig, services: ProxyServices, urls: list[str]
+) -> None:
+    """The management HTTP API (docs/management.md); raises OSError when its port is taken."""
+    address = urlsplit(config.management_listener)
+    port = address.port or 0
+    url = await nursery.start(
+        serve_http,
+        address.hostname or "127.0.0.1",
+        # Workers of `serve --workers N` use port, port + 1, ... as for metricsListener.
+        port and port + (worker_index() or 0),
+        management_api(
+            services, urls, lambda: live_counts(services), lambda: readiness_problems(services)
+        ),
+    )
+    services.management_url = url
+    log.info("management API on %s/api/", url)
+
+
 async def _proxy_header(
     stream: trio.SocketStream, timeout: float, peer: str
 ) -> tuple[ProxyHeader, trio.abc.Stream] | None:
@@ -540,6 +562,8 @@ async def _serve(
                 services.metrics,
                 lambda: readiness_problems(services),
             )
+        if config.management_listener:
+            await _start_management(nursery, config, services, urls)
         task_status.started(urls)
         assert services.ephemerals is not None
         nursery.start_soon(services.producers.close_idle_forever)
