@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 import h11
 import trio
@@ -27,6 +28,7 @@ MAX_BODY = 32 * MIB  # definitions of large installations
 READ_TIMEOUT = 60 * SECONDS
 READ_SIZE = 64 * KIB
 SERVER_NAME = b"starlight-py"
+_KNOWN = frozenset(status.value for status in HTTPStatus)
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ async def _read_request(
                 )
             connection.receive_data(bytes(await stream.receive_some(READ_SIZE)))
             continue
-        if isinstance(event, h11.ConnectionClosed):
+        if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
             return None
         if isinstance(event, h11.Request):
             head = event
@@ -187,7 +189,9 @@ async def _send(
         headers.append((b"content-length", str(len(response.body)).encode()))
     if close:
         headers.append((b"connection", b"close"))
-    data = connection.send(h11.Response(status_code=response.status, headers=headers)) or b""
+    reason = HTTPStatus(response.status).phrase.encode() if response.status in _KNOWN else b""
+    head = h11.Response(status_code=response.status, headers=headers, reason=reason)
+    data = connection.send(head) or b""
     if response.body and response.status not in (204, 304):
         data += connection.send(h11.Data(data=response.body)) or b""
     data += connection.send(h11.EndOfMessage()) or b""

@@ -8,100 +8,16 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import os
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import pytest
 
-from starlight_py.local import ServiceEndpoints
-from starlight_py.local.ports import free_port
 from tests.support.amqp_fixtures import unique
-from tests.support.proxy_runner import ProxyThread, proxy_config
+from tests.support.management_api import NOT_FOUND, Management, management
 
-NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}
-
-
-@dataclass
-class Reply:
-    status: int
-    body: Any
-    headers: dict[str, str]
-
-
-@dataclass(frozen=True)
-class Management:
-    base: str
-    user: str
-    password: str
-    is_rabbitmq: bool
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        auth: tuple[str, str] | None = None,
-        raw: bytes | None = None,
-    ) -> Reply:
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        if data is not None:
-            request.add_header("content-type", "application/json")
-        user, password = auth if auth is not None else (self.user, self.password)
-        if user or password:
-            token = base64.b64encode(f"{user}:{password}".encode()).decode()
-            request.add_header("authorization", f"Basic {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
-                return _reply(answer.status, answer.read(), dict(answer.headers))
-        except urllib.error.HTTPError as e:
-            return _reply(e.code, e.read(), dict(e.headers))
-
-    def wait_for(self, path: str, key: str, value: Any, timeout: float = 20.0) -> Reply:
-        """GET `path` until its `key` has `value` (RabbitMQ's counts lag by up to 5 s)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            reply = self.call("GET", path)
-            if reply.status == 200 and reply.body.get(key) == value:
-                return reply
-            if time.monotonic() > deadline:
-                return reply
-            time.sleep(0.25)
-
-
-def _reply(status: int, data: bytes, headers: dict[str, str]) -> Reply:
-    lowered = {k.lower(): v for k, v in headers.items()}
-    return Reply(status, json.loads(data) if data else None, lowered)
-
-
-@pytest.fixture(scope="module")
-def management(request: pytest.FixtureRequest) -> Iterator[Management]:
-    target = os.environ.get("STARLIGHT_TEST_MANAGEMENT_URL")
-    if target:
-        parts = urlsplit(target)
-        base = f"{parts.scheme}://{parts.hostname}:{parts.port}"
-        yield Management(base, parts.username or "guest", parts.password or "guest", True)
-        return
-    services: ServiceEndpoints = request.getfixturevalue("services")
-    port = free_port()
-    config = proxy_config(
-        services.zookeeper,
-        services.pulsar_service_url,
-        services.pulsar_web_url,
-        managementListener=f"http://127.0.0.1:{port}",
-    )
-    proxy = ProxyThread(config).start()
-    try:
-        yield Management(f"http://127.0.0.1:{port}", "guest", "guest", False)
-    finally:
-        proxy.stop()
+__all__ = ["management"]  # a fixture
 
 
 @pytest.fixture
