@@ -17,16 +17,18 @@ from pamqp.common import FieldTable
 
 from starlight_py import __version__
 from starlight_py.amqp.connection import ServerSettings
-from starlight_py.amqp.errors import InternalError
+from starlight_py.amqp.errors import ConnectionForced, InternalError
 from starlight_py.auth.authenticator import Authenticator, build_authenticator
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.cluster.cleaner import SubscriptionCleaner
+from starlight_py.cluster.connection_reports import ConnectionReports
 from starlight_py.cluster.duties import cluster_duties
 from starlight_py.cluster.election import LeaderElection
 from starlight_py.config import ConfigError, Listener, StarlightConfig
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
+from starlight_py.gateway.connection_report import connection_name, describe_connections
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
 from starlight_py.gateway.held_messages import HeldMessages
 from starlight_py.gateway.pre_acks import PreAcks
@@ -373,6 +375,16 @@ def live_counts(services: ProxyServices) -> LiveCounts:
     return LiveCounts(len(connections), channels, consumers, len(services.producers))
 
 
+def close_connection(services: ProxyServices, name: str, reason: str) -> bool:
+    """Close this proxy's connection `name` with 320 CONNECTION_FORCED and `reason` (what
+    DELETE /api/connections/{name} asks); False when it is not here."""
+    for connection in list(services.connections):
+        if connection_name(connection) == name:
+            connection.force_close(ConnectionForced(reason or "Closed via management plugin"))
+            return True
+    return False
+
+
 def readiness_problems(services: ProxyServices) -> list[str]:
     """Blocking: what keeps this proxy from serving well (empty: ready)."""
     if services.shutting_down:
@@ -402,9 +414,7 @@ async def _start_management(
         address.hostname or "127.0.0.1",
         # Workers of `serve --workers N` use port, port + 1, ... as for metricsListener.
         port and port + (worker_index() or 0),
-        management_api(
-            services, urls, lambda: live_counts(services), lambda: readiness_problems(services)
-        ),
+        management_api(services, urls, lambda: readiness_problems(services)),
     )
     services.management_url = url
     log.info("management API on %s/api/", url)
@@ -503,8 +513,10 @@ async def _serve(
         try:
             host, port = sock.getpeername()[:2]
             peer = f"{host}:{port}"
+            local_host, local_port = sock.getsockname()[:2]
+            local = f"{local_host}:{local_port}"
         except OSError:
-            host, peer = "?", "?"
+            host, peer, local = "?", "?", "?"
         try:
             certificate = None
             client_stream: trio.abc.Stream = stream
@@ -540,6 +552,7 @@ async def _serve(
                 peer_certificate=certificate,
                 refusal=ticket.reason or None,
             )
+            connection.local = local
             services.connections.add(connection)
             try:
                 await connection.run()
@@ -572,6 +585,17 @@ async def _serve(
         nursery.start_soon(services.reaper.run)
         nursery.start_soon(services.held.publish_forever)
         nursery.start_soon(services.pre_acks.run)
+        assert services.ephemerals is not None
+        nursery.start_soon(
+            ConnectionReports(
+                services.zookeeper,
+                services.topology.paths,
+                services.ephemerals,
+                services.proxy_id,
+                lambda: describe_connections(list(services.connections), services.proxy_id),
+                lambda name, reason: close_connection(services, name, reason),
+            ).run
+        )
         nursery.start_soon(
             cluster_duties,
             services.zookeeper,

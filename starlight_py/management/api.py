@@ -30,7 +30,6 @@ from starlight_py.management.errors import (
 from starlight_py.management.http_server import HttpRequest, HttpResponse
 from starlight_py.management.routing import Router, parse_target
 from starlight_py.management.shapes import json_body
-from starlight_py.ops.metrics import LiveCounts
 
 if TYPE_CHECKING:
     from starlight_py.gateway.server import ProxyServices
@@ -66,7 +65,6 @@ class ApiContext:
 
     services: ProxyServices
     amqp_urls: list[str]
-    live: Callable[[], LiveCounts]  # this proxy's connections, channels, consumers
     readiness: Callable[[], list[str]]  # blocking: what keeps the proxy from serving
     admin: AdminContext = field(init=False)
     default_vhost_seen: bool = False  # vhost_access.ensure_default_vhost

@@ -10,6 +10,7 @@ import trio
 from pamqp.commands import Basic
 
 from starlight_py import __version__
+from starlight_py.cluster.connection_reports import read_reports
 from starlight_py.management.api import CREATED, NO_CONTENT, Answer, ApiCall
 from starlight_py.management.errors import ServiceUnavailable
 from starlight_py.management.messages import loopback_client
@@ -23,7 +24,12 @@ ALIVENESS_QUEUE = "aliveness-test"
 
 def overview(call: ApiCall) -> Answer:
     services = call.context.services
-    live = call.context.live()
+    connections = channels = consumers = 0
+    for _, reports in read_reports(services.zookeeper, services.topology.paths):
+        for report in reports:
+            connections += 1
+            channels += len(report.get("channels") or [])
+            consumers += len(report.get("consumers") or [])
     exchanges = queues = 0
     for record in visible_vhosts(call):
         exchanges += len(
@@ -58,11 +64,11 @@ def overview(call: ApiCall) -> Answer:
         "enable_queue_totals": False,
         "message_stats": {},
         "queue_totals": {},
-        # This proxy's own connections, channels and consumers (not the cluster's yet).
+        # Every proxy's, as they last reported them (within about a second).
         "object_totals": {
-            "channels": live.channels,
-            "connections": live.connections,
-            "consumers": live.consumers,
+            "channels": channels,
+            "connections": connections,
+            "consumers": consumers,
             "exchanges": exchanges,
             "queues": queues,
         },

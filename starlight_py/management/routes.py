@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from starlight_py.management import (
     bindings,
+    connections,
     definitions,
     exchanges,
     messages,
@@ -15,7 +16,6 @@ from starlight_py.management import (
 )
 from starlight_py.management.api import ApiContext, Endpoint, ManagementApi
 from starlight_py.management.routing import Router
-from starlight_py.ops.metrics import LiveCounts
 
 if TYPE_CHECKING:
     from starlight_py.gateway.server import ProxyServices
@@ -82,13 +82,26 @@ def build_router() -> Router[Endpoint]:
         DELETE=definitions.delete_permission,
     )
     r.add("/api/users/{user}/permissions", GET=definitions.list_permissions)
+
+    r.add("/api/connections", GET=connections.list_connections)
+    r.add("/api/vhosts/{vhost}/connections", GET=connections.list_connections)
+    r.add(
+        "/api/connections/{name}",
+        GET=connections.get_connection,
+        DELETE=connections.delete_connection,
+    )
+    r.add("/api/connections/{name}/channels", GET=connections.connection_channels)
+    r.add("/api/channels", GET=connections.list_channels)
+    r.add("/api/vhosts/{vhost}/channels", GET=connections.list_channels)
+    r.add("/api/channels/{name}", GET=connections.get_channel)
+    r.add("/api/consumers", GET=connections.list_consumers)
+    r.add("/api/consumers/{vhost}", GET=connections.list_consumers)
     return r
 
 
 def management_api(
     services: ProxyServices,
     amqp_urls: list[str],
-    live: Callable[[], LiveCounts],
     readiness: Callable[[], list[str]],
 ) -> ManagementApi:
-    return ManagementApi(ApiContext(services, amqp_urls, live, readiness), build_router())
+    return ManagementApi(ApiContext(services, amqp_urls, readiness), build_router())

@@ -1,5 +1,5 @@
 """RabbitMQ's own `rabbitmqadmin` (Debian's rabbitmq-server package) against the management
-API: list, declare, delete, purge, publish, get, export, import. Against our proxy, or
+API: list, declare, delete, purge, publish, get, export, import, close. Against our proxy, or
 RabbitMQ's management plugin with STARLIGHT_TEST_MANAGEMENT_URL."""
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pika
+import pika.exceptions
 import pytest
 
 from tests.support.amqp_fixtures import unique
-from tests.support.management_api import Management, management
+from tests.support.management_api import Management, management, wait_until
 
 __all__ = ["management"]  # a fixture
 
@@ -122,3 +124,33 @@ def test_show_overview_and_list_vhosts(management: Management) -> None:
     overview = json.loads(admin(management, "-f", "raw_json", "show", "overview"))
     assert overview[0]["rabbitmq_version"]
     assert "/" in {v["name"] for v in listed(management, "vhosts", "name")}
+
+
+def test_list_and_close_connections(management: Management) -> None:
+    if not management.amqp_url:
+        pytest.skip("STARLIGHT_TEST_AMQP_URL is needed with STARLIGHT_TEST_MANAGEMENT_URL")
+    label = unique("conn", "rmqadmin")
+    parameters = pika.URLParameters(management.amqp_url)
+    parameters.client_properties = {"connection_name": label}
+    connection = pika.BlockingConnection(parameters)
+    try:
+        connection.channel()
+
+        def ours() -> str | None:
+            for item in listed(management, "connections"):
+                properties = item.get("client_properties")
+                if isinstance(properties, dict) and properties.get("connection_name") == label:
+                    return str(item["name"])
+            return None
+
+        name = wait_until(ours)
+        assert name is not None
+        assert name in admin(management, "list", "connections")
+        assert f"{name} (1)" in admin(management, "list", "channels")
+        assert "connection closed" in admin(management, "close", "connection", f"name={name}")
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            connection.process_data_events(time_limit=15)
+        assert closed.value.reply_code == 320
+    finally:
+        if connection.is_open:
+            connection.close()

@@ -11,9 +11,9 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
@@ -22,6 +22,7 @@ from starlight_py.local import ServiceEndpoints
 from starlight_py.local.ports import free_port
 from tests.support.proxy_runner import ProxyThread, proxy_config
 
+T = TypeVar("T")
 NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}
 
 
@@ -38,6 +39,8 @@ class Management:
     user: str
     password: str
     is_rabbitmq: bool
+    # Where AMQP clients of the same broker connect (RabbitMQ's: STARLIGHT_TEST_AMQP_URL).
+    amqp_url: str = ""
 
     def call(
         self,
@@ -47,11 +50,14 @@ class Management:
         *,
         auth: tuple[str, str] | None = None,
         raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Reply:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         request = urllib.request.Request(self.base + path, data=data, method=method)
         if data is not None:
             request.add_header("content-type", "application/json")
+        for key, value in (headers or {}).items():
+            request.add_header(key, value)
         user, password = auth if auth is not None else (self.user, self.password)
         if user or password:
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -74,6 +80,16 @@ class Management:
             time.sleep(0.25)
 
 
+def wait_until(condition: Callable[[], T | None], timeout: float = 20.0) -> T | None:
+    """`condition()` once it is not None (RabbitMQ's statistics lag by up to 5 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found is not None or time.monotonic() > deadline:
+            return found
+        time.sleep(0.25)
+
+
 def _reply(status: int, data: bytes, headers: dict[str, str]) -> Reply:
     lowered = {k.lower(): v for k, v in headers.items()}
     return Reply(status, json.loads(data) if data else None, lowered)
@@ -85,7 +101,9 @@ def management(request: pytest.FixtureRequest) -> Iterator[Management]:
     if target:
         parts = urlsplit(target)
         base = f"{parts.scheme}://{parts.hostname}:{parts.port}"
-        yield Management(base, parts.username or "guest", parts.password or "guest", True)
+        amqp_url = os.environ.get("STARLIGHT_TEST_AMQP_URL", "")
+        user, password = parts.username or "guest", parts.password or "guest"
+        yield Management(base, user, password, True, amqp_url)
         return
     services: ServiceEndpoints = request.getfixturevalue("services")
     port = free_port()
@@ -97,6 +115,6 @@ def management(request: pytest.FixtureRequest) -> Iterator[Management]:
     )
     proxy = ProxyThread(config).start()
     try:
-        yield Management(f"http://127.0.0.1:{port}", "guest", "guest", False)
+        yield Management(f"http://127.0.0.1:{port}", "guest", "guest", False, proxy.amqp_url())
     finally:
         proxy.stop()

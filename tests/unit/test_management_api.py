@@ -14,6 +14,8 @@ import trio.testing
 
 from starlight_py.amqp.errors import AccessRefused, CommandInvalid, NotFound, PreconditionFailed
 from starlight_py.auth.authenticator import AcceptAnyAuthenticator
+from starlight_py.cluster import connection_reports
+from starlight_py.cluster.connection_reports import decode_report, encode_report
 from starlight_py.management import http_server
 from starlight_py.management.auth import basic_credentials, log_in
 from starlight_py.management.errors import (
@@ -267,3 +269,21 @@ def test_too_large_bodies_get_413(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_garbage_gets_400() -> None:
     events = trio.run(exchange, b"NOT HTTP AT ALL\r\n\r\n")
     assert [e.status_code for e in events if isinstance(e, h11.Response)] == [400]
+
+
+# ---- connection reports -------------------------------------------------------------------
+
+
+def test_connection_reports_round_trip_and_stay_under_the_znode_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    report = [
+        {"connection": {"name": f"c{i}", "pad": "x" * 50}, "channels": [], "consumers": []}
+        for i in range(40)
+    ]
+    assert decode_report(encode_report("proxy-1", report)) == ("proxy-1", report)
+    monkeypatch.setattr(connection_reports, "MAX_REPORT", 200)
+    proxy, kept = decode_report(encode_report("proxy-1", report))
+    assert proxy == "proxy-1" and 0 < len(kept) < len(report) and kept == report[: len(kept)]
+    with pytest.raises(ValueError):
+        decode_report(b"not zlib")
