@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from starlight_py.management import (
     bindings,
+    cluster_resources,
     connections,
     definitions,
     exchanges,
@@ -82,6 +83,17 @@ def build_router() -> Router[Endpoint]:
         DELETE=definitions.delete_permission,
     )
     r.add("/api/users/{user}/permissions", GET=definitions.list_permissions)
+
+    r.add("/api/nodes", GET=cluster_resources.list_nodes)
+    r.add("/api/nodes/{node}", GET=cluster_resources.get_node)
+    r.add("/api/policies", GET=cluster_resources.list_policies)
+    r.add("/api/policies/{vhost}", GET=cluster_resources.list_policies)
+    r.add(
+        "/api/policies/{vhost}/{name}",
+        GET=cluster_resources.get_policy,
+        PUT=cluster_resources.put_policy,
+        DELETE=cluster_resources.get_policy,
+    )
 
     r.add("/api/connections", GET=connections.list_connections)
     r.add("/api/vhosts/{vhost}/connections", GET=connections.list_connections)

@@ -463,3 +463,16 @@ def test_permissions_set_show_clear(management: Management) -> None:
         {"configure": ".*", "write": ".*", "read": ".*"},
     )
     assert missing_vhost.body == {"error": "bad_request", "reason": "vhost_or_user_not_found"}
+
+
+def test_nodes_and_policies(management: Management) -> None:
+    # A proxy just started registers itself within a moment.
+    nodes = wait_until(lambda: management.call("GET", "/api/nodes").body or None)
+    assert nodes and all(n["running"] is True and n["type"] == "disc" for n in nodes)
+    assert management.call("GET", f"/api/nodes/{quote(nodes[0]['name'], safe='')}").status == 200
+    assert management.call("GET", "/api/policies").body == []
+    assert management.call("GET", "/api/policies/%2F").body == []
+    assert management.call("GET", "/api/policies/%2F/none").body == NOT_FOUND
+    if not management.is_rabbitmq:
+        refused = management.call("PUT", "/api/policies/%2F/p", {"pattern": ".*"})
+        assert (refused.status, refused.body["error"]) == (400, "bad_request")

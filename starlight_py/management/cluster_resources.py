@@ -1,0 +1,57 @@
+"""/api/nodes (the live proxies, from the proxy registry) and /api/policies (starlight-py
+has no policies: queue and exchange arguments carry what policies set on RabbitMQ, so lists
+are empty and writes are refused with the reason)."""
+
+from __future__ import annotations
+
+from starlight_py.cluster.registry import live_proxies, uptime
+from starlight_py.management.api import Answer, ApiCall
+from starlight_py.management.errors import BadRequest, ObjectNotFound
+from starlight_py.management.shapes import listed
+from starlight_py.management.vhost_access import usable_vhost
+
+POLICIES_UNSUPPORTED = (
+    "policies are not supported by starlight-py: set the equivalent x-arguments when "
+    "declaring queues and exchanges (docs/compatibility.md)"
+)
+
+
+def list_nodes(call: ApiCall) -> Answer:
+    services = call.context.services
+    items = [
+        {
+            "name": record.id,
+            "type": "disc",
+            "running": True,
+            "uptime": int(uptime(record) * 1000),
+            "os_pid": record.pid,
+            "starlight_host": record.host,
+            "starlight_version": record.version,
+            "starlight_listeners": list(record.listeners),
+        }
+        for record in live_proxies(services.zookeeper, services.topology.paths)
+    ]
+    return Answer(200, listed(items, call.query))
+
+
+def get_node(call: ApiCall) -> Answer:
+    answer = list_nodes(call)
+    for item in answer.value:
+        if item["name"] == call.params["node"]:
+            return Answer(200, item)
+    raise ObjectNotFound()
+
+
+def list_policies(call: ApiCall) -> Answer:
+    vhost = call.params.get("vhost")
+    if vhost is not None:
+        usable_vhost(call, vhost)
+    return Answer(200, [])
+
+
+def get_policy(call: ApiCall) -> Answer:
+    raise ObjectNotFound()
+
+
+def put_policy(call: ApiCall) -> Answer:
+    raise BadRequest(POLICIES_UNSUPPORTED)
