@@ -104,7 +104,7 @@ class ManagementApi:
                 log.exception("management request %s %s failed", request.method, request.target)
                 error = InternalServerError("internal error; see the proxy's log")
             return error_response(error)
-        return answer_response(answer, head=request.method == "HEAD")
+        return answer_response(answer)
 
     async def _answer(self, request: HttpRequest) -> Answer:
         target = parse_target(request.target)
@@ -127,11 +127,11 @@ class ManagementApi:
         return await trio.to_thread.run_sync(blocking, call, limiter=self._threads)
 
 
-def answer_response(answer: Answer, head: bool = False) -> HttpResponse:
+def answer_response(answer: Answer) -> HttpResponse:
     if answer.value is None:
         return HttpResponse(answer.status, b"", answer.headers)
     body = json.dumps(answer.value, separators=(",", ":")).encode()
-    return HttpResponse(answer.status, b"" if head else body, JSON_HEADERS + answer.headers)
+    return HttpResponse(answer.status, body, JSON_HEADERS + answer.headers)
 
 
 def error_response(error: ApiError) -> HttpResponse:

@@ -27,6 +27,11 @@ MAX_HEAD = 16 * KIB
 MAX_BODY = 32 * MIB  # definitions of large installations
 READ_TIMEOUT = 60 * SECONDS
 READ_SIZE = 64 * KIB
+MAX_CONNECTIONS = 256  # more at once get BUSY and are closed
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
+    b"content-length: 32\r\nconnection: close\r\n\r\ntoo many management connections\n"
+)
 SERVER_NAME = b"starlight-py"
 _KNOWN = frozenset(status.value for status in HTTPStatus)
 
@@ -67,20 +72,27 @@ async def serve_http(
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
     url = f"http://{bound_host}:{bound_port}"
     task_status.started(url)
+    open_connections = 0
 
     async def handle(stream: trio.SocketStream) -> None:
+        nonlocal open_connections
         try:
             peer_host, peer_port = stream.socket.getpeername()[:2]
             peer = f"{peer_host}:{peer_port}"
         except OSError:
             peer = "?"
+        open_connections += 1
         try:
-            await serve_connection(stream, handler, peer)
+            if open_connections > MAX_CONNECTIONS:
+                await stream.send_all(BUSY)
+            else:
+                await serve_connection(stream, handler, peer)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         except Exception:
             log.exception("management connection from %s failed", peer)
         finally:
+            open_connections -= 1
             await trio.aclose_forcefully(stream)
 
     await trio.serve_listeners(handle, listeners)
@@ -110,7 +122,7 @@ async def serve_connection(stream: trio.abc.Stream, handler: Handler, peer: str 
         except Exception:
             log.exception("management request %s %s failed", request.method, request.target)
             response = _plain(500, b"internal error\n")
-        await _send(stream, connection, response, close=False)
+        await _send(stream, connection, response, close=False, head=request.method == "HEAD")
         if connection.our_state is h11.MUST_CLOSE or connection.their_state is h11.MUST_CLOSE:
             return
         try:
@@ -176,8 +188,14 @@ def _plain(status: int, text: bytes) -> HttpResponse:
 
 
 async def _send(
-    stream: trio.abc.Stream, connection: h11.Connection, response: HttpResponse, *, close: bool
+    stream: trio.abc.Stream,
+    connection: h11.Connection,
+    response: HttpResponse,
+    *,
+    close: bool,
+    head: bool = False,
 ) -> None:
+    """`head`: the answer to a HEAD request, sent without its body (its length said)."""
     if connection.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
         return
     headers = [
@@ -190,9 +208,9 @@ async def _send(
     if close:
         headers.append((b"connection", b"close"))
     reason = HTTPStatus(response.status).phrase.encode() if response.status in _KNOWN else b""
-    head = h11.Response(status_code=response.status, headers=headers, reason=reason)
-    data = connection.send(head) or b""
-    if response.body and response.status not in (204, 304):
+    start = h11.Response(status_code=response.status, headers=headers, reason=reason)
+    data = connection.send(start) or b""
+    if response.body and response.status not in (204, 304) and not head:
         data += connection.send(h11.Data(data=response.body)) or b""
     data += connection.send(h11.EndOfMessage()) or b""
     await stream.send_all(data)

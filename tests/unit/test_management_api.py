@@ -208,6 +208,11 @@ async def echo(request: HttpRequest) -> HttpResponse:
 
 async def exchange(raw: bytes) -> list[h11.Response | h11.Data]:
     """Send `raw` to a server connection, read until it closes; the responses' events."""
+    return responses(await exchange_bytes(raw))
+
+
+async def exchange_bytes(raw: bytes) -> bytes:
+    """Send `raw` to a server connection; what it sent back until it closed."""
     client, server = trio.testing.memory_stream_pair()
     received = bytearray()
 
@@ -221,7 +226,7 @@ async def exchange(raw: bytes) -> list[h11.Response | h11.Data]:
         await client.send_eof()
         while chunk := await client.receive_some(65536):
             received += chunk
-    return responses(bytes(received))
+    return bytes(received)
 
 
 def responses(data: bytes) -> list[h11.Response | h11.Data]:
@@ -256,6 +261,13 @@ def test_keep_alive_answers_several_requests_in_order() -> None:
     bodies = [e.data for e in events if isinstance(e, h11.Data)]
     assert bodies == [b"GET /a 0", b"PUT /b 3", b"GET /c 0"]
     assert [e.status_code for e in events if isinstance(e, h11.Response)] == [200, 200, 200]
+
+
+def test_head_answers_say_the_length_and_send_no_body() -> None:
+    data = trio.run(exchange_bytes, b"HEAD /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"content-length: 9\r\n" in data  # len(b"HEAD /a 0")
+    assert data.endswith(b"\r\n\r\n")
 
 
 def test_too_large_bodies_get_413(monkeypatch: pytest.MonkeyPatch) -> None:
