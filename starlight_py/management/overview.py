@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -10,6 +11,7 @@ import trio
 from pamqp.commands import Basic
 
 from starlight_py import __version__
+from starlight_py.admin import vhost_commands
 from starlight_py.cluster.connection_reports import read_reports
 from starlight_py.management.api import CREATED, NO_CONTENT, Answer, ApiCall
 from starlight_py.management.errors import ServiceUnavailable
@@ -100,6 +102,17 @@ def put_vhost(call: ApiCall) -> Answer:
     call.body()  # RabbitMQ checks that it is JSON; description and tags are not kept
     _, created = call.context.admin.usable_vhost(call.params["vhost"])
     return CREATED if created else NO_CONTENT
+
+
+def delete_vhost(call: ApiCall) -> Answer:
+    """Deletes the vhost with its queues, exchanges and bindings, as `starlight-admin vhost
+    delete --force` does (its Pulsar namespace is kept)."""
+    call.user.require_administrator()
+    usable_vhost(call, call.params["vhost"])
+    vhost_commands.delete_vhost(
+        call.context.admin, argparse.Namespace(name=call.params["vhost"], force=True)
+    )
+    return NO_CONTENT
 
 
 def alarms(call: ApiCall) -> Answer:

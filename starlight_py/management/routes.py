@@ -27,7 +27,12 @@ def build_router() -> Router[Endpoint]:
     r.add("/api/overview", GET=overview.overview)
     r.add("/api/whoami", GET=overview.whoami)
     r.add("/api/vhosts", GET=overview.list_vhosts)
-    r.add("/api/vhosts/{vhost}", GET=overview.get_vhost, PUT=overview.put_vhost)
+    r.add(
+        "/api/vhosts/{vhost}",
+        GET=overview.get_vhost,
+        PUT=overview.put_vhost,
+        DELETE=overview.delete_vhost,
+    )
     r.add("/api/vhosts/{vhost}/permissions", GET=definitions.list_permissions)
     r.add("/api/health/checks/alarms", GET=overview.alarms)
     r.add("/api/aliveness-test/{vhost}", GET=overview.aliveness)

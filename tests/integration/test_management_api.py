@@ -476,3 +476,18 @@ def test_nodes_and_policies(management: Management) -> None:
     if not management.is_rabbitmq:
         refused = management.call("PUT", "/api/policies/%2F/p", {"pattern": ".*"})
         assert (refused.status, refused.body["error"]) == (400, "bad_request")
+
+
+def test_vhost_create_and_delete(management: Management) -> None:
+    name = unique("vhost", "mgmt")
+    path = f"/api/vhosts/{name}"
+    try:
+        assert management.call("PUT", path, {}).status == 201
+        assert management.call("PUT", path, {}).status == 204
+        assert management.call("GET", path).body["name"] == name
+        assert name in {v["name"] for v in management.call("GET", "/api/vhosts").body}
+    finally:
+        deleted = management.call("DELETE", path)
+    assert deleted.status == 204
+    assert management.call("GET", path).body == NOT_FOUND
+    assert management.call("DELETE", path).status == 404
