@@ -28,6 +28,7 @@ from starlight_py.management.errors import (
     as_api_error,
 )
 from starlight_py.management.http_server import HttpRequest, HttpResponse
+from starlight_py.management.rates import CountRates
 from starlight_py.management.routing import Router, parse_target
 from starlight_py.management.shapes import json_body
 
@@ -68,6 +69,7 @@ class ApiContext:
     readiness: Callable[[], list[str]]  # blocking: what keeps the proxy from serving
     admin: AdminContext = field(init=False)
     default_vhost_seen: bool = False  # vhost_access.ensure_default_vhost
+    rates: CountRates = field(default_factory=CountRates)
 
     def __post_init__(self) -> None:
         self.admin = AdminContext.sharing(self.services.config, self.services.topology)

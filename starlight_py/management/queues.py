@@ -20,21 +20,25 @@ from starlight_py.management.vhost_access import usable_vhost, visible_vhosts
 from starlight_py.metadata.records import VhostRecord
 from starlight_py.model.permissions import Access, ResourceKind
 from starlight_py.model.topology import Queue, check_queue_name_declarable
-from starlight_py.topology.service import TopologyService
 
 
-def _shaped(topology: TopologyService, record: VhostRecord, queue: Queue) -> dict[str, object]:
+def _shaped(call: ApiCall, record: VhostRecord, queue: Queue) -> dict[str, object]:
+    topology = call.context.services.topology
     counts = topology.queue_counts(record.name, record.namespace, queue.name)
+    ready = counts.message_count
     unacked = topology.held_messages(record.name, queue.name)
-    return queue_json(record.name, queue, counts.message_count, unacked, counts.consumer_count)
+    rates = call.context.rates.observe(
+        (record.name, queue.name),
+        {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked},
+    )
+    return queue_json(record.name, queue, ready, unacked, counts.consumer_count, rates)
 
 
 def list_queues(call: ApiCall) -> Answer:
-    topology = call.context.services.topology
     items = []
     for record in visible_vhosts(call, call.params.get("vhost")):
         for queue in inventory.queues(call.context.admin, record.name):
-            items.append(_shaped(topology, record, queue))
+            items.append(_shaped(call, record, queue))
     return Answer(200, listed(items, call.query))
 
 
@@ -49,7 +53,7 @@ def _existing(call: ApiCall) -> tuple[VhostRecord, Queue]:
 
 def get_queue(call: ApiCall) -> Answer:
     record, queue = _existing(call)
-    shaped = _shaped(call.context.services.topology, record, queue)
+    shaped = _shaped(call, record, queue)
     shaped["consumer_details"] = []
     return Answer(200, shaped)
 

@@ -15,14 +15,20 @@ from starlight_py.management.errors import BadRequest
 from starlight_py.model.topology import Exchange, Queue
 
 NODE = "starlight@proxy"  # what RabbitMQ calls the node: one name for the whole cluster
-RATE = {"rate": 0.0}
 
 
 def queue_json(
-    vhost: str, queue: Queue, ready: int, unacked: int, consumers: int
+    vhost: str,
+    queue: Queue,
+    ready: int,
+    unacked: int,
+    consumers: int,
+    rates: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """A queue as GET /api/queues lists it (with counts; no rates, see docs/management.md)."""
+    """A queue as GET /api/queues lists it: counts, and how fast they change (`rates` by
+    count name, management/rates.py; no publish/deliver rates, see docs/management.md)."""
     total = ready + unacked
+    rates = rates or {}
     return {
         "arguments": json_value(queue.arguments),
         "auto_delete": queue.auto_delete,
@@ -37,11 +43,11 @@ def queue_json(
         "vhost": vhost,
         "consumers": consumers,
         "messages": total,
-        "messages_details": dict(RATE),
+        "messages_details": {"rate": rates.get("messages", 0.0)},
         "messages_ready": ready,
-        "messages_ready_details": dict(RATE),
+        "messages_ready_details": {"rate": rates.get("messages_ready", 0.0)},
         "messages_unacknowledged": unacked,
-        "messages_unacknowledged_details": dict(RATE),
+        "messages_unacknowledged_details": {"rate": rates.get("messages_unacknowledged", 0.0)},
     }
 
 

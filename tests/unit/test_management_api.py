@@ -36,6 +36,7 @@ from starlight_py.management.messages import (
     properties_from_json,
     properties_to_json,
 )
+from starlight_py.management.rates import CountRates
 from starlight_py.management.routing import Router, parse_target
 from starlight_py.management.shapes import flag, integer, json_body, listed, properties_key
 from starlight_py.metadata.zookeeper import MetadataUnavailable
@@ -299,3 +300,22 @@ def test_connection_reports_round_trip_and_stay_under_the_znode_limit(
     assert proxy == "proxy-1" and 0 < len(kept) < len(report) and kept == report[: len(kept)]
     with pytest.raises(ValueError):
         decode_report(b"not zlib")
+
+
+# ---- rates --------------------------------------------------------------------------------
+
+
+def test_count_rates_compare_with_a_reading_at_least_five_seconds_old() -> None:
+    now = [100.0]
+    rates = CountRates(clock=lambda: now[0])
+    assert rates.observe("q", {"messages": 10}) == {"messages": 0.0}
+    now[0] = 102.0
+    assert rates.observe("q", {"messages": 30}) == {"messages": 0.0}  # too recent a base
+    now[0] = 110.0
+    # the latest reading at least 5 s old: (60 - 30) / 8
+    assert rates.observe("q", {"messages": 60}) == {"messages": 3.8}
+    now[0] = 116.0
+    assert rates.observe("q", {"messages": 0}) == {"messages": -10.0}  # (0 - 60) / 6
+    now[0] = 300.0
+    assert rates.observe("q", {"messages": 5}) == {"messages": 0.0}  # older than the window
+    assert rates.observe("other", {"messages": 1}) == {"messages": 0.0}
