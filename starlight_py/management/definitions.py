@@ -14,7 +14,11 @@ from starlight_py.admin.definitions import (
 from starlight_py.management.api import CREATED, NO_CONTENT, Answer, ApiCall
 from starlight_py.management.errors import BadRequest, ObjectNotFound
 from starlight_py.management.shapes import listed
-from starlight_py.management.vhost_access import usable_vhost
+from starlight_py.management.vhost_access import (
+    DEFAULT_VHOST,
+    ensure_default_vhost,
+    usable_vhost,
+)
 from starlight_py.metadata.permissions import PermissionStore
 from starlight_py.model.permissions import Permission
 
@@ -102,6 +106,8 @@ def put_permission(call: ApiCall) -> Answer:
     may be given permissions, in an existing vhost."""
     store = _store(call)
     vhost, user = call.params["vhost"], call.params["user"]
+    if vhost == DEFAULT_VHOST:
+        ensure_default_vhost(call)
     if call.context.services.topology.get_vhost(vhost) is None:
         raise BadRequest("vhost_or_user_not_found")
     body = call.body()

@@ -88,6 +88,13 @@ def build_router() -> Router[Endpoint]:
         DELETE=definitions.delete_permission,
     )
     r.add("/api/users/{user}/permissions", GET=definitions.list_permissions)
+    r.add("/api/users", GET=cluster_resources.list_users)
+    r.add(
+        "/api/users/{user}",
+        GET=cluster_resources.get_user,
+        PUT=cluster_resources.put_user,
+        DELETE=cluster_resources.put_user,
+    )
 
     r.add("/api/nodes", GET=cluster_resources.list_nodes)
     r.add("/api/nodes/{node}", GET=cluster_resources.get_node)

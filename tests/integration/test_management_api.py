@@ -491,3 +491,28 @@ def test_vhost_create_and_delete(management: Management) -> None:
     assert deleted.status == 204
     assert management.call("GET", path).body == NOT_FOUND
     assert management.call("DELETE", path).status == 404
+
+
+def test_users_are_the_principals_with_permissions(management: Management) -> None:
+    if management.is_rabbitmq:
+        assert "guest" in {u["name"] for u in management.call("GET", "/api/users").body}
+        return
+    user = unique("user", "mgmt")
+    management.call(
+        "PUT", f"/api/permissions/%2F/{user}", {"configure": "", "write": "", "read": ".*"}
+    )
+    try:
+        users = management.call("GET", "/api/users").body
+        assert {
+            "name": user,
+            "password_hash": "",
+            "hashing_algorithm": "",
+            "tags": [],
+            "limits": {},
+        } in users
+        assert management.call("GET", f"/api/users/{user}").body["name"] == user
+        refused = management.call("PUT", f"/api/users/{user}", {"password": "x", "tags": ""})
+        assert (refused.status, refused.body["error"]) == (400, "bad_request")
+    finally:
+        management.call("DELETE", f"/api/permissions/%2F/{user}")
+    assert management.call("GET", f"/api/users/{user}").body == NOT_FOUND
