@@ -264,7 +264,6 @@ def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
         "brokerServiceURL": f"pulsar://127.0.0.1:{args.pulsar_port}",
         "brokerWebServiceURL": f"http://127.0.0.1:{args.pulsar_web_port}",
         "amqpListeners": f"amqp://127.0.0.1:{args.amqp_port}",
-        "amqpAutoCreateNamespaces": "true",
     }
     if args.management_port:
         settings["managementListener"] = f"http://127.0.0.1:{args.management_port}"
@@ -282,19 +281,19 @@ def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
             management_port = urlsplit(config.management_listener).port
             if management_port:
                 ensure_port_free(management_port, "management listener")
-        distribution = ensure_pulsar_distribution()
+        # The local servers say what they do through the proxy's log: each line once.
+        distribution = ensure_pulsar_distribution(log=log.info)
         zookeeper = ZooKeeperServer(
-            data_dir / "zookeeper", args.zookeeper_port, distribution=distribution
+            data_dir / "zookeeper", args.zookeeper_port, distribution=distribution, log=log.info
         )
         pulsar = PulsarStandalone(
             data_dir / "pulsar",
             args.pulsar_port,
             args.pulsar_web_port,
             distribution=distribution,
+            log=log.info,
         )
-        log.info("starting ZooKeeper on 127.0.0.1:%s", args.zookeeper_port)
         zookeeper.start()
-        log.info("starting Pulsar standalone on %s (takes ~15 s)", config.pulsar_service_url)
         pulsar.start()
         signal.signal(signal.SIGTERM, previous)
         banner = (

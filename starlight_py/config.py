@@ -44,6 +44,20 @@ class Listener:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
+MAX_UNCHUNKED_MESSAGE_SIZE = 4 * MIB
+"""The largest body accepted when Pulsar cannot chunk (producer batching on): below the
+broker's default maxMessageSize of 5 MiB, with room for properties."""
+
+
+def accepted_message_size(cfg: StarlightConfig) -> int:
+    """The largest message body the proxy accepts: amqpMaxMessageSize, capped at
+    MAX_UNCHUNKED_MESSAGE_SIZE with producer batching (Pulsar chunks unbatched messages
+    only)."""
+    if cfg.producer_batching:
+        return min(cfg.max_message_size, MAX_UNCHUNKED_MESSAGE_SIZE)
+    return cfg.max_message_size
+
+
 def _key(name: str, doc: str, unit: str = "") -> dict[str, str]:
     return {"key": name, "doc": doc, "unit": unit}
 
@@ -204,11 +218,13 @@ class StarlightConfig:
         metadata=_key("amqpMaxNoOfChannels", "Most channels a connection may open (1..65535)."),
     )
     max_message_size: int = field(
-        default=4 * MIB,
+        default=128 * MIB,
         metadata=_key(
             "amqpMaxMessageSize",
-            "Largest message body accepted. Keep it below the broker's maxMessageSize "
-            "(5 MiB by default in Pulsar) minus room for properties.",
+            "Largest message body accepted (RabbitMQ's default: 128 MiB). A message larger "
+            "than the broker's maxMessageSize (5 MiB by default in Pulsar) is stored in "
+            "chunks (Pulsar message chunking). With pulsarProducerBatching=true, where Pulsar "
+            "cannot chunk, at most MAX_UNCHUNKED_MESSAGE_SIZE (4 MiB) is accepted.",
         ),
     )
     producer_max_pending: int = field(
@@ -480,6 +496,16 @@ class StarlightConfig:
             "true. Others see and change only what their permissions allow.",
         ),
     )
+    queue_metrics_interval: float = field(
+        default=10 * SECONDS,
+        metadata=_key(
+            "queueMetricsIntervalMillis",
+            "Time between two readings of the Pulsar brokers' topic stats for the per-queue "
+            "metrics (rabbitmq_queue_messages_ready & co.; by the cleaner's leader); 0: no "
+            "per-queue metrics.",
+            "ms",
+        ),
+    )
     log_level: str = field(
         default="INFO",
         metadata=_key("logLevel", "DEBUG, INFO, WARNING or ERROR."),
@@ -546,6 +572,8 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("amqpMaxConnectionsPerIp", "must not be negative (0: no limit)")
     if cfg.zookeeper_session_timeout < 2 * SECONDS:
         raise ConfigError("zooKeeperSessionTimeoutMillis", "must be at least 2000")
+    if cfg.queue_metrics_interval < 0:
+        raise ConfigError("queueMetricsIntervalMillis", "must not be negative")
     if cfg.cleaner_interval <= 0:
         raise ConfigError("subscriptionCleanerIntervalMillis", "must be positive")
     if cfg.cleaner_grace < 0:

@@ -31,6 +31,8 @@ from starlight_py.amqp.hot_frames import Publish
 PUBLISH_OVERHEAD = 256
 # The limit of one connection's buffered publishes, in units of amqpMaxMessageSize.
 TRANSACTION_SIZE_IN_MESSAGES = 16
+# ... and at most this many bytes (what 16 messages of the 4 MiB limit of old came to).
+TRANSACTION_BUFFER_CAP = 64 * 1024 * 1024
 
 TX_SELECT = (90, 10)
 TX_COMMIT = (90, 20)
@@ -69,7 +71,10 @@ class TransactionLimit:
 
     @classmethod
     def for_message_size(cls, max_message_size: int) -> TransactionLimit:
-        return cls(TRANSACTION_SIZE_IN_MESSAGES * max_message_size)
+        """TRANSACTION_SIZE_IN_MESSAGES messages of the largest size, up to
+        TRANSACTION_BUFFER_CAP (but always room for one of the largest messages)."""
+        room = TRANSACTION_SIZE_IN_MESSAGES * max_message_size
+        return cls(min(room, max(TRANSACTION_BUFFER_CAP, max_message_size + PUBLISH_OVERHEAD)))
 
 
 @dataclass

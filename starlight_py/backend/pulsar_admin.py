@@ -14,6 +14,7 @@ import logging
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import IO, Any
@@ -228,6 +229,36 @@ class PulsarAdmin:
     def clusters(self) -> list[str]:
         result: list[str] = self._request("GET", "/admin/v2/clusters")
         return result
+
+    def brokers(self) -> list[str]:
+        """The web addresses (`host:port`) of every broker of every cluster."""
+        found: list[str] = []
+        for cluster in self.clusters():
+            listed = self._request("GET", f"/admin/v2/brokers/{urllib.parse.quote(cluster)}")
+            found.extend(str(b) for b in listed or [])
+        return found
+
+    def broker_topic_stats(self) -> list[Any]:
+        """Every broker's stats of all its topics (`/admin/v2/broker-stats/topics`, computed
+        by the broker every statsUpdateFrequencyInSecs): one request each. With one broker,
+        the admin URL's (its advertised address may not be reachable from here). Raises
+        PulsarAdminError, BackendUnavailable."""
+        path = "/admin/v2/broker-stats/topics"
+        brokers = self.brokers()
+        if len(brokers) <= 1:
+            return [self._request("GET", path)]
+        scheme = self.web_url.split("://", 1)[0]
+        answers = []
+        for broker in brokers:
+            request = urllib.request.Request(
+                f"{scheme}://{broker}{path}", method="GET", headers=self._headers()
+            )
+            try:
+                with self._opener.open(request, timeout=self.timeout) as response:
+                    answers.append(json.loads(response.read()))
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                raise BackendUnavailable(f"topic stats of Pulsar broker {broker}: {e}") from e
+        return answers
 
     def broker_setting(self, name: str) -> str | None:
         """A setting of the broker answering (its runtime configuration); None when it

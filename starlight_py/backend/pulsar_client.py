@@ -90,7 +90,8 @@ SendCallback = Callable[[bool, str], None]
 FlushCallback = Callable[[int, bool, str], None]
 
 # A message at least this large is sent with a callback of its own: pulsar-client drops a
-# message over the broker's maxMessageSize (5 MiB by default) without telling a flush.
+# message it cannot send (over the broker's maxMessageSize without chunking, beyond its
+# memory limit) without telling a flush.
 TRACKED_SIZE = 512 * 1024
 # A reader thread takes at most this many messages per hand-over to trio, and waits at most
 # this long (ms) for more once at least one is there.
@@ -471,6 +472,9 @@ class PulsarBackend:
                 batching_enabled=self.batching,
                 batching_max_messages=self.batch_max_messages,
                 batching_max_publish_delay_ms=1,
+                # Messages over the broker's maxMessageSize go in chunks (Pulsar cannot chunk
+                # batched messages: with batching the proxy accepts smaller ones only).
+                chunking_enabled=not self.batching,
                 send_timeout_millis=30000,
             )
         except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:

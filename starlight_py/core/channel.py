@@ -65,7 +65,7 @@ from starlight_py.core.held import HeldCounts
 
 # A consumer without prefetch reads this many messages ahead at most.
 UNLIMITED_READ_AHEAD = 1000
-# A no-ack consumer stops while this much output waits for the client to read it.
+# Consumers stop while this much output waits for the client to read it.
 MAX_OUTPUT_BACKLOG = 4 * 1024 * 1024
 # How long a priority queue's consumer holds back lower bands after a higher one ran empty
 # (model/priorities.py: a band's next message is a Pulsar round trip away).
@@ -245,14 +245,14 @@ class Channel:
         self.consumers[tag] = consumer
         return consumer
 
-    def reads_band(self, consumer: Consumer, rank: int, backlog: int = 0) -> None:
+    def reads_band(self, consumer: Consumer, rank: int, backlog: int | None = None) -> None:
         """The consumer reads priority band `rank` (1 + band) of a priority queue, which
-        held `backlog` messages when it subscribed (Pulsar's stats)."""
+        held `backlog` messages when it subscribed (Pulsar's stats; None: not known)."""
         if rank > 0:
             consumer.ranks.add(rank)
             consumer.refilling[rank] = self.clock() + BAND_REFILL_WAIT
-            if backlog > 0:
-                consumer.expected.add(rank)
+            if backlog is not None:
+                consumer.expected[rank] = max(0, backlog)
 
     def start_consumer(self, consumer: Consumer, nowait: bool) -> None:
         """Setting up succeeded: basic.consume-ok (unless nowait), then deliveries."""
@@ -262,11 +262,19 @@ class Channel:
         # Subscribing to every band takes a while: a band's wait for its first messages
         # starts now, not when its subscription was made, and is longer for one that had
         # messages then.
+        # A band known to have been empty, or whose messages all came, holds nothing back:
+        # RabbitMQ hands a new consumer every band's messages at once.
         now = self.clock()
         for rank in consumer.refilling:
             if consumer.pending.count(rank) == 0:
-                wait = BAND_FIRST_WAIT if rank in consumer.expected else BAND_REFILL_WAIT
-                consumer.refilling[rank] = now + wait
+                left = consumer.expected.get(rank)
+                if left is None:
+                    consumer.refilling[rank] = now + BAND_REFILL_WAIT
+                elif left > 0:
+                    consumer.refilling[rank] = now + BAND_FIRST_WAIT
+                else:
+                    consumer.refilling[rank] = now
+                    del consumer.expected[rank]
         self._drain(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -285,8 +293,11 @@ class Channel:
             self._commands.append(GiveBack([source for _, source in items]))
             return
         pending = consumer.pending
+        expected = consumer.expected
         for rank, source in items:
             pending.put(rank, source)
+            if expected and expected.get(rank, 0) > 0:
+                expected[rank] -= 1
         self._drain(consumer)
 
     def drain(self, consumer: Consumer) -> None:
@@ -296,14 +307,18 @@ class Channel:
             self._drain(consumer)
 
     def output_drained(self) -> None:
-        """The client read our output backlog: no-ack consumers may go on."""
+        """The client read our output backlog: consumers may go on."""
         for consumer in list(self.consumers.values()):
             if consumer.pending or not all(consumer.reading.values()):
                 self._drain(consumer)
 
     def _has_credit(self, consumer: Consumer) -> bool:
+        # While the client has not read this much, nobody delivers more (RabbitMQ's TCP
+        # backpressure): output stays bounded whatever the prefetch and message size.
+        if self.sink.pending_output >= MAX_OUTPUT_BACKLOG:
+            return False
         if consumer.no_ack:
-            return self.sink.pending_output < MAX_OUTPUT_BACKLOG
+            return True
         if consumer.prefetch and consumer.unacked >= consumer.prefetch:
             return False
         return not (self.prefetch_global and len(self.unacked) >= self.prefetch_global)
@@ -323,7 +338,7 @@ class Channel:
                     break
                 rank, source = pending.pop_ranked()
                 if rank > 0 and pending.count(rank) == 0:
-                    consumer.refilling[rank] = self.clock() + BAND_REFILL_WAIT
+                    self._band_ran_empty(consumer, rank)
                 deliverable = vet(consumer, source)
                 if deliverable is None:
                     continue
@@ -358,6 +373,16 @@ class Channel:
             if acked:
                 self._commands.append(AckMessages(acked))
         self._flow(consumer)
+
+    def _band_ran_empty(self, consumer: Consumer, rank: int) -> None:
+        """A band's last waiting message goes out: lower bands wait BAND_REFILL_WAIT for
+        its next one, unless every message it had when the consumer subscribed has come
+        (then there is no next one to wait for; later publishes race, as on RabbitMQ)."""
+        if consumer.expected.get(rank) == 0:
+            del consumer.expected[rank]
+            consumer.refilling[rank] = self.clock()
+        else:
+            consumer.refilling[rank] = self.clock() + BAND_REFILL_WAIT
 
     def _flow(self, consumer: Consumer) -> None:
         """Tell the gateway to stop or go on reading Pulsar for the consumer."""

@@ -77,8 +77,9 @@ class Consumer:
         # A priority queue's bands that may be refilling: rank -> until when a lower band's
         # message waits for them.
         self.refilling: dict[int, float] = {}
-        # Bands that had messages when the consumer subscribed to them.
-        self.expected: set[int] = set()
+        # Bands whose backlog was known when the consumer subscribed to them: rank -> how
+        # many of those messages have not arrived yet (0: all came, or none were there).
+        self.expected: dict[int, int] = {}
         # What the gateway was last told: reading or not, per band (None: every subscription).
         self.reading: dict[int | None, bool] = {}
         self.wake_pending = False

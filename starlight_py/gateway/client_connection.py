@@ -446,6 +446,7 @@ class ClientConnection:
             dead_letters,
             self._notify_cancel,
         )
+        consumers.trimmed = services.lengths.trimmed if services.lengths is not None else None
         publisher = Publisher(
             self.conn,
             ctx,
@@ -537,7 +538,7 @@ class ClientConnection:
         if self.messages is not None:
             self.messages.publish_tally()
             if size >= MAX_OUTPUT_BACKLOG:
-                # No-ack consumers stop while this much waits: they may go on.
+                # Consumers stop while this much waits: they may go on.
                 self.messages.consumers.output_drained(self.channels.values())
                 if self.conn.pending_output:
                     self._kick()

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
 
-from starlight_py.amqp.errors import AccessRefused
 from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.core.commands import (
@@ -45,6 +44,7 @@ from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
+from starlight_py.gateway.queue_sources import QueueSources
 from starlight_py.gateway.requeued import RequeuedPositions
 from starlight_py.gateway.single_active import (
     is_single_active,
@@ -59,7 +59,7 @@ from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.topology import Queue
-from starlight_py.topology.service import TopologyService
+from starlight_py.topology.service import EXCLUSIVE_MARK, TopologyService
 
 log = logging.getLogger("starlight.consume")
 
@@ -88,7 +88,7 @@ class ConsumerLink:
 
     @property
     def registry_name(self) -> str:
-        return f"{self.session.number}/{self.tag}"
+        return f"{self.session.number}/{self.tag}" + (EXCLUSIVE_MARK if self.exclusive else "")
 
     @property
     def cancelled(self) -> bool:
@@ -128,7 +128,10 @@ class Consumers:
         # understands consumer_cancel_notify.
         self.notify_cancel = notify_cancel
         self.links: set[ConsumerLink] = set()
+        self.sources = QueueSources(ctx, cache, topology)
         self.getters = Getters(self)
+        # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).
+        self.trimmed: Callable[[str, str], Awaitable[None]] | None = None
         self._token = trio.lowlevel.current_trio_token()
 
     # ---- consume ------------------------------------------------------------------------------
@@ -146,17 +149,8 @@ class Consumers:
         (exclusive use)."""
         channel = session.core
         channel.check_tag_free(tag)
-        record = await trio.to_thread.run_sync(
-            self.topology.usable_queue, self.ctx.vhost, queue, self.ctx.owner, (60, 20)
-        )
-        sets = [
-            s
-            for s, _ in await trio.to_thread.run_sync(
-                self.topology.binding_sets, self.ctx.vhost, queue
-            )
-        ]
+        record, sets = await self.sources.to_consume(queue)
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
-        backlogs = await self._check_exclusive_use(queue, sets, exclusive)
         link = ConsumerLink(session, tag, queue, exclusive, record)
         link.core = channel.add_consumer(tag, queue, no_ack, exclusive, link)
         link.batcher = Batcher(self._token, lambda batches: self._on_messages(link, batches))
@@ -164,19 +158,19 @@ class Consumers:
         try:
             # Registered first: an auto-delete racing this consume on another proxy either
             # sees the consumer or deletes the queue before it registers (then NotFound).
+            # Registering also checks exclusive use (403), from the other registrations.
             await trio.to_thread.run_sync(
                 self.topology.register_consumer,
                 self.ctx.vhost,
                 record,
                 f"{self.prefix}/{link.registry_name}",
+                exclusive,
             )
             link.registered = True
             if is_single_active(record):
                 await join_line(self, link)
             if not link.waiting:
-                for binding_set in sets:
-                    backlog = backlogs.get(binding_set.subscription, 0)
-                    await self.subscribe(link, binding_set, backlog)
+                await self._subscribe_all(link, sets)
         except BaseException:
             channel.remove_consumer(link.core)
             self.execute(session, channel.take_commands())
@@ -190,33 +184,37 @@ class Consumers:
         if link.waiting:
             self.spawn(wait_for_turn, self, link)
 
-    async def _check_exclusive_use(
-        self, queue: str, sets: list[BindingSet], exclusive: bool
-    ) -> dict[str, int]:
-        """Raises AccessRefused when the queue is in exclusive use (or would be, and has
-        consumers); returns each subscription's backlog, from the same stats."""
-        names: set[str] = set()
-        backlogs: dict[str, int] = {}
-        for binding_set in sets:
-            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
-            stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
-            found = stats.get(binding_set.subscription)
-            if found is not None:
-                names.update(n for n in found.consumer_names if "/get/" not in n)
-                backlogs[binding_set.subscription] = found.backlog
-        if (exclusive and names) or any(n.endswith("!x") for n in names):
-            raise AccessRefused(
-                f"queue '{queue}' in vhost '{self.ctx.vhost}' in exclusive use", (60, 20)
-            )
-        return backlogs
+    async def _subscribe_all(self, link: ConsumerLink, sets: list[BindingSet]) -> None:
+        """Subscribe to every set at once (a priority queue's bands arrive together, as
+        RabbitMQ hands them over); a priority queue's consumer first learns each band's
+        backlog, so that a lower band waits for a higher band's messages."""
+        banded = [s for s in sets if rank(s) > 0]
+        stats = await self.sources.subscription_stats(banded) if banded else {}
+        backlogs = {subscription: found.backlog for subscription, found in stats.items()}
+        if len(sets) == 1:
+            await self.subscribe(link, sets[0], backlogs.get(sets[0].subscription))
+            return
+        failures: list[Exception] = []
+
+        async def one(binding_set: BindingSet) -> None:
+            try:
+                await self.subscribe(link, binding_set, backlogs.get(binding_set.subscription))
+            except Exception as e:
+                failures.append(e)
+
+        async with trio.open_nursery() as nursery:
+            for binding_set in sets:
+                nursery.start_soon(one, binding_set)
+        if failures:
+            raise failures[0]
 
     async def subscribe(
-        self, link: ConsumerLink, binding_set: BindingSet, backlog: int = 0
+        self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None = None
     ) -> None:
         if binding_set.subscription in link.handles or link.core is None:
             return
         topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
-        name = f"{self.prefix}/{link.session.number}/{link.tag}" + ("!x" if link.exclusive else "")
+        name = f"{self.prefix}/{link.registry_name}"
         size = link.core.prefetch or UNLIMITED_RECEIVER_QUEUE
         batcher = link.batcher
         assert batcher is not None
@@ -523,7 +521,7 @@ class Consumers:
     }
 
     def output_drained(self, sessions: Iterable[ChannelSession]) -> None:
-        """The writer sent its backlog: no-ack consumers may go on."""
+        """The writer sent its backlog: consumers may go on."""
         for session in sessions:
             if session.core.consumers:
                 session.core.output_drained()

@@ -63,6 +63,8 @@ class Getters:
         self.consumers.execute(session, session.core.take_commands())
 
     async def _get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
+        if self.consumers.trimmed is not None:
+            await self.consumers.trimmed(self.consumers.ctx.vhost, queue)
         record = await trio.to_thread.run_sync(
             self.consumers.topology.usable_queue,
             self.consumers.ctx.vhost,
@@ -74,31 +76,20 @@ class Getters:
             await trio.to_thread.run_sync(
                 self.consumers.topology.touch_queue, self.consumers.ctx.vhost, queue, True
             )
-        sets = [
-            s
-            for s, _ in await trio.to_thread.run_sync(
-                self.consumers.topology.binding_sets, self.consumers.ctx.vhost, queue
-            )
-        ]
+        sets = await self.consumers.sources.binding_sets_of(record)
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
         ready: dict[str, int] = {}
         delayed: set[str] = set()
         waiting = 0  # backlog less delayed: ready or delivered and unacked
-        for binding_set in sets:
-            topic = naming.TopicName(self.consumers.ctx.namespace, binding_set.topic)
-            stats = await trio.to_thread.run_sync(
-                self.consumers.topology.admin.subscription_stats, topic
-            )
-            found_stats = stats.get(binding_set.subscription)
-            if found_stats is not None:
-                # With batching, Pulsar counts entries: one partly acknowledged (or held by
-                # a closing getter) may still have ready messages whatever `ready` says.
-                ready[binding_set.subscription] = (
-                    found_stats.backlog if self.consumers.backend.batching else found_stats.ready
-                )
-                if found_stats.delayed > 0:
-                    delayed.add(binding_set.subscription)
-                waiting += max(0, found_stats.backlog - found_stats.delayed)
+        batching = self.consumers.backend.batching
+        stats = await self.consumers.sources.subscription_stats(sets)
+        for subscription, found_stats in stats.items():
+            # With batching, Pulsar counts entries: one partly acknowledged (or held by a
+            # closing getter) may still have ready messages whatever `ready` says.
+            ready[subscription] = found_stats.backlog if batching else found_stats.ready
+            if found_stats.delayed > 0:
+                delayed.add(subscription)
+            waiting += max(0, found_stats.backlog - found_stats.delayed)
         # get-ok's message_count: the ready messages as RabbitMQ counts them, read ahead by
         # a proxy or not (TopologyService.queue_counts).
         topology = self.consumers.topology

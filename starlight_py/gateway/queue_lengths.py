@@ -36,6 +36,7 @@ from starlight_py.topology.service import TopologyService
 log = logging.getLogger("starlight.queue_length")
 
 STATS_MAX_AGE = 0.25  # seconds: stats older than this are read again before a check
+TRIM_WAIT = 2.0  # seconds a count or basic.get waits at most for a running trim
 
 # Reads and drops (or dead-letters) up to N of the oldest ready messages of one binding
 # subscription of a queue; returns how many it took. Provided by the connection's Consumers.
@@ -69,6 +70,7 @@ class QueueLengths:
         self._seen: dict[tuple[str, str], _Seen] = {}
         self._locks: dict[tuple[str, str], trio.Lock] = {}
         self._trimming: set[tuple[str, str]] = set()
+        self._trimmed: dict[tuple[str, str], trio.Event] = {}  # set when a trim ends
         self._again: set[tuple[str, str]] = set()  # published to while being trimmed
 
     async def refusing(
@@ -145,7 +147,17 @@ class QueueLengths:
             self._again.add(key)
             return
         self._trimming.add(key)
+        self._trimmed[key] = trio.Event()
         spawn(self._trim, vhost, namespace, queue, limit, drop_oldest)
+
+    async def trimmed(self, vhost: str, queue: str) -> None:
+        """Wait (at most TRIM_WAIT) until no trim of the queue runs on this proxy: RabbitMQ
+        drops the head as it enqueues, so a count or a basic.get after a confirmed publish
+        never sees what the publish pushed out."""
+        done = self._trimmed.get((vhost, queue))
+        if done is not None:
+            with trio.move_on_after(TRIM_WAIT):
+                await done.wait()
 
     async def _trim(
         self,
@@ -184,6 +196,9 @@ class QueueLengths:
         finally:
             self._trimming.discard(key)
             self._again.discard(key)
+            done = self._trimmed.pop(key, None)
+            if done is not None:
+                done.set()
 
 
 class ConnectionLengthChecks:

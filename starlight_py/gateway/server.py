@@ -25,7 +25,12 @@ from starlight_py.cluster.cleaner import SubscriptionCleaner
 from starlight_py.cluster.connection_reports import ConnectionReports
 from starlight_py.cluster.duties import cluster_duties
 from starlight_py.cluster.election import LeaderElection
-from starlight_py.config import ConfigError, Listener, StarlightConfig
+from starlight_py.config import (
+    ConfigError,
+    Listener,
+    StarlightConfig,
+    accepted_message_size,
+)
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
 from starlight_py.gateway.connection_report import connection_name, describe_connections
@@ -58,10 +63,13 @@ from starlight_py.model.naming import TopicName
 from starlight_py.model.proxy_protocol import ProxyHeader, ProxyProtocolError
 from starlight_py.ops.health import serve_health
 from starlight_py.ops.metrics import LiveCounts, ProxyMetrics
+from starlight_py.ops.queue_metrics import QueueMetrics
 from starlight_py.topology.service import TopologyService
 from starlight_py.workers import worker_index
 
 log = logging.getLogger("starlight.server")
+
+PULSAR_CHECK_WAIT = 5.0  # seconds the startup check of Pulsar's admin API waits at most
 
 # What RabbitMQ advertises and clients check before using a feature (pika refuses
 # confirm_delivery without publisher_confirms, for instance).
@@ -114,6 +122,7 @@ class ProxyServices:
     def __post_init__(self) -> None:
         if self.lengths is None:
             self.lengths = QueueLengths(self.topology, self.producers)
+        self.topology_methods.trimmed = self.lengths.trimmed
         if self.held is None:
             self.held = HeldMessages(self.zookeeper, self.topology.paths, self.ephemerals)
             self.topology.local_held = self.held.local
@@ -191,11 +200,18 @@ def build_services(config: StarlightConfig) -> ProxyServices:
             "only the tls provider is enabled: clients of amqp:// listeners are offered no "
             "SASL mechanism and cannot log in"
         )
+    if accepted_message_size(config) < config.max_message_size:
+        log.warning(
+            "amqpMaxMessageSize is %d but pulsarProducerBatching=true: Pulsar cannot chunk "
+            "batched messages, so bodies above %d bytes are refused",
+            config.max_message_size,
+            accepted_message_size(config),
+        )
     settings = ServerSettings(
         channel_max=config.channel_max,
         frame_max=config.frame_max,
         heartbeat=int(config.heartbeat),
-        max_message_size=config.max_message_size,
+        max_message_size=accepted_message_size(config),
         server_properties={
             "product": "starlight-py",
             "version": __version__,
@@ -347,6 +363,7 @@ async def serve(
     services.cache.on_change(services.topology_changed)
     try:
         await _connect_metadata(services.zookeeper, shutdown)
+        await _warn_if_pulsar_unreachable(services, shutdown)
         async with trio.open_nursery() as nursery:
             # TreeCache.start blocks until ZooKeeper answers: never keep listeners waiting,
             # and never a shutdown either (the thread is abandoned; stopping the ZooKeeper
@@ -372,7 +389,12 @@ def live_counts(services: ProxyServices) -> LiveCounts:
     consumers = sum(
         len(session.core.consumers) for c in connections for session in list(c.channels.values())
     )
-    return LiveCounts(len(connections), channels, consumers, len(services.producers))
+    by_vhost: dict[str, tuple[int, int]] = {}
+    for c in connections:
+        if c.vhost is not None:
+            seen = by_vhost.get(c.vhost.vhost, (0, 0))
+            by_vhost[c.vhost.vhost] = (seen[0] + 1, seen[1] + len(c.channels))
+    return LiveCounts(len(connections), channels, consumers, len(services.producers), by_vhost)
 
 
 def close_connection(services: ProxyServices, name: str, reason: str) -> bool:
@@ -482,6 +504,33 @@ async def _connect_metadata(zookeeper: ZooKeeperClient, shutdown: ShutdownReques
         nursery.cancel_scope.cancel()
 
 
+async def _warn_if_pulsar_unreachable(
+    services: ProxyServices, shutdown: ShutdownRequest | None
+) -> None:
+    """Say at startup when Pulsar's admin API does not answer (the proxy serves anyway:
+    clients get 541 with the reason until it does). Waits at most PULSAR_CHECK_WAIT."""
+    admin = services.topology.admin
+    problem: str | None = None
+    with trio.move_on_after(PULSAR_CHECK_WAIT) as waited:
+        async with trio.open_nursery() as nursery:
+            if shutdown is not None:
+                nursery.start_soon(_cancel_when_set, shutdown.requested, nursery.cancel_scope)
+            try:
+                await trio.to_thread.run_sync(admin.clusters, abandon_on_cancel=True)
+            except (BackendUnavailable, PulsarAdminError) as e:
+                problem = str(e)
+            nursery.cancel_scope.cancel()
+    if waited.cancelled_caught:
+        problem = f"no answer within {PULSAR_CHECK_WAIT:g} s"
+    if problem is not None:
+        log.error(
+            "Pulsar admin API %s unreachable at startup (%s); serving anyway, clients get "
+            "541 INTERNAL_ERROR until it answers",
+            admin.web_url,
+            problem,
+        )
+
+
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
@@ -565,6 +614,16 @@ async def _serve(
             services.limits.release(ticket)
 
     async with trio.open_nursery() as nursery:
+        if config.metrics_listener and config.queue_metrics_interval > 0:
+            queue_metrics = QueueMetrics(
+                services.topology.admin,
+                services.cache,
+                services.topology,
+                lambda: services.cleaner is None or services.cleaner.stats.leader,
+                config.queue_metrics_interval,
+            )
+            services.metrics.register(queue_metrics)
+            nursery.start_soon(queue_metrics.run)
         if config.metrics_listener:
             address = urlsplit(config.metrics_listener)
             await nursery.start(

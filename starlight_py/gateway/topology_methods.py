@@ -77,6 +77,8 @@ class TopologyMethods:
         # Publishes follow exchange-to-exchange bindings by this cache: (un)bind-ok waits
         # until it shows the change, so this proxy's next publish sees it.
         self.cache = cache
+        # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).
+        self.trimmed: Callable[[str, str], Awaitable[None]] | None = None
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(call, *args)
@@ -195,6 +197,8 @@ class TopologyMethods:
             arguments,
             owner=ctx.owner if exclusive else None,
         )
+        if self.trimmed is not None:
+            await self.trimmed(ctx.vhost, name)
         counts = await self._run(
             self.service.declare_queue, ctx.vhost, ctx.namespace, wanted, passive, ctx.owner
         )

@@ -47,7 +47,8 @@ class VhostResolver:
                 if not self.auto_create:
                     raise NotAllowed(
                         f"vhost '{vhost}' not found: Pulsar namespace {namespace} does not "
-                        f"exist (create it, or set amqpAutoCreateNamespaces=true)",
+                        f"exist (create the vhost: starlight-admin vhost create {vhost!r}; "
+                        "or set amqpAutoCreateNamespaces=true)",
                         (10, 40),
                     )
                 await trio.to_thread.run_sync(

@@ -111,6 +111,10 @@ def standalone_conf(
             # pulsarProducerBatching: a message of a batch entry is acknowledged (and
             # negatively acknowledged) alone, not with its whole batch.
             "acknowledgmentAtBatchIndexLevelEnabled": "true",
+            # The per-queue metrics read the broker's topic stats, computed this often (the
+            # default is 60 s, the first time a minute after start).
+            "statsUpdateFrequencyInSecs": "5",
+            "statsUpdateInitialDelayInSecs": "5",
             **(extra_properties or {}),
         },
     )

@@ -124,6 +124,18 @@ class TopologyCache:
         with self._lock:
             return [(vhost, queue) for (vhost, _), queue in self._queues.items()]
 
+    def draining_sets(self, vhost: str, queue: str) -> list[BindingSet]:
+        """The bindings of `queue`'s retired subscriptions that still drain into it."""
+        with self._lock:
+            return [
+                record.binding_set
+                for (each, _), record in self._retired.items()
+                if each == vhost
+                and record.queue == queue
+                and record.drain
+                and record.binding_set is not None
+            ]
+
     def retired_records(self) -> list[tuple[str, RetiredSubscription]]:
         """Every retired subscription, as (vhost, record)."""
         with self._lock:

@@ -73,7 +73,9 @@ async def _read_request(stream: trio.SocketStream) -> str | None:
 
 async def _answer(path: str, metrics: ProxyMetrics, readiness: Readiness) -> tuple[str, str, bytes]:
     if path == "/metrics":
-        return "200 OK", CONTENT_TYPE_LATEST, generate_latest(metrics.registry)
+        # In a thread: with many queues the text takes a while to write (docs/operations.md).
+        body = await trio.to_thread.run_sync(generate_latest, metrics.registry)
+        return "200 OK", CONTENT_TYPE_LATEST, body
     if path == "/healthz":
         return "200 OK", "text/plain; charset=utf-8", b"ok\n"
     if path == "/readyz":

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -23,6 +23,8 @@ class LiveCounts:
     channels: int
     consumers: int
     producers: int = 0  # Pulsar producers open (one per topic published to lately)
+    # vhost -> (connections, channels) of connections that opened one
+    by_vhost: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class _LiveState(Collector):
@@ -45,6 +47,23 @@ class _LiveState(Collector):
         yield GaugeMetricFamily(
             "starlight_consumers", "AMQP consumers (basic.consume).", value=counts.consumers
         )
+        # rabbitmq_prometheus's names for the same, so its dashboards work.
+        yield GaugeMetricFamily(
+            "rabbitmq_connections", "Open AMQP connections.", value=counts.connections
+        )
+        yield GaugeMetricFamily("rabbitmq_channels", "Open AMQP channels.", value=counts.channels)
+        yield GaugeMetricFamily("rabbitmq_consumers", "AMQP consumers.", value=counts.consumers)
+        per_vhost_connections = GaugeMetricFamily(
+            "starlight_vhost_connections", "Open AMQP connections by vhost.", labels=["vhost"]
+        )
+        per_vhost_channels = GaugeMetricFamily(
+            "starlight_vhost_channels", "Open AMQP channels by vhost.", labels=["vhost"]
+        )
+        for vhost, (connections, channels) in sorted(counts.by_vhost.items()):
+            per_vhost_connections.add_metric([vhost], connections)
+            per_vhost_channels.add_metric([vhost], channels)
+        yield per_vhost_connections
+        yield per_vhost_channels
         yield GaugeMetricFamily(
             "starlight_pulsar_producers",
             "Pulsar producers open: one per topic published to within "
@@ -80,10 +99,36 @@ class _LiveState(Collector):
         )
 
 
+class _GlobalTotals(Collector):
+    """rabbitmq_prometheus's global message counters, from this proxy's own counts."""
+
+    def __init__(self, metrics: ProxyMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        totals = self._metrics.totals
+        for name, documentation, key in (
+            ("received", "Messages published by AMQP clients.", "received"),
+            ("delivered", "Messages delivered to AMQP consumers and basic.get.", "delivered"),
+            ("redelivered", "Deliveries flagged redelivered.", "redelivered"),
+            ("confirmed", "Publishes Pulsar stored (publisher confirms).", "confirmed"),
+            ("unroutable_returned", "Mandatory publishes returned unroutable.", "returned"),
+        ):
+            yield CounterMetricFamily(
+                f"rabbitmq_global_messages_{name}", documentation, value=totals[key]
+            )
+
+
 class ProxyMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # Totals of the counters below, for rabbitmq_prometheus's global names.
+        self.totals = dict.fromkeys(
+            ("received", "delivered", "redelivered", "confirmed", "returned"), 0
+        )
+        r.register(_GlobalTotals(self))
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, _resident_memory_bytes...
         self.messages_in = Counter(
             "starlight_messages_published", "Messages published.", ["vhost"], registry=r
         )
@@ -133,6 +178,9 @@ class ProxyMetrics:
         self._acks = self.confirms.labels("ack")
         self._nacks = self.confirms.labels("nack")
 
+    def register(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
     def watch(
         self,
         live: Callable[[], LiveCounts],
@@ -161,22 +209,29 @@ class ProxyMetrics:
         messages, size_counter, _, _, _ = self._of(vhost)
         messages.inc(count)
         size_counter.inc(size)
+        self.totals["received"] += count
 
     def delivered(self, vhost: str, count: int, size: int, redelivered: int) -> None:
         _, _, messages, size_counter, redeliveries = self._of(vhost)
         messages.inc(count)
         size_counter.inc(size)
+        totals = self.totals
+        totals["delivered"] += count
         if redelivered:
             redeliveries.inc(redelivered)
+            totals["redelivered"] += redelivered
 
     def sends_done(self, ok: bool, count: int, seconds: float) -> None:
         """`count` sends got their outcome from Pulsar, the oldest `seconds` after it was
         handed over (the histogram observes one value per flush)."""
         (self._acks if ok else self._nacks).inc(count)
+        if ok:
+            self.totals["confirmed"] += count
         self.confirm_latency.observe(seconds)
 
     def returned(self) -> None:
         self.returns.inc()
+        self.totals["returned"] += 1
 
     def refused(self) -> None:
         self.refusals.inc()

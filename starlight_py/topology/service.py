@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from starlight_py.amqp.errors import NotFound, PreconditionFailed
+from starlight_py.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.metadata.ephemeral import EphemeralNodes
@@ -79,6 +79,11 @@ log = logging.getLogger("starlight.topology")
 MAX_ATTEMPTS = 20
 TOUCH_INTERVAL = 1.0  # seconds
 T = TypeVar("T")
+
+
+EXCLUSIVE_MARK = "!x"
+"""Ends the registered name of an exclusive consumer (basic.consume with exclusive)."""
+_EXCLUSIVE_SEGMENT = naming.escape(EXCLUSIVE_MARK)
 
 
 @dataclass(frozen=True)
@@ -377,6 +382,11 @@ class TopologyService:
         self._check_owner(vhost, queue, owner, method)
         return queue
 
+    def check_usable(self, vhost: str, queue: Queue, owner: str, method: tuple[int, int]) -> None:
+        """`usable_queue` for a record at hand (the cache's): raises ResourceLocked for
+        another connection's exclusive queue."""
+        self._check_owner(vhost, queue, owner, method)
+
     def _check_owner(
         self, vhost: str, queue: Queue, owner: str | None, method: tuple[int, int]
     ) -> None:
@@ -483,8 +493,11 @@ class TopologyService:
         open after a cancel as long as the channel holds messages it delivered (and
         basic.get uses Pulsar consumers too)."""
         depth, _ = self.queue_depth(vhost, namespace, name, False)
-        consumers = len(self.zk.children(self.paths.queue_consumers(vhost, name)))
-        return QueueCounts(depth.messages, consumers)
+        return QueueCounts(depth.messages, self.consumer_count(vhost, name))
+
+    def consumer_count(self, vhost: str, name: str) -> int:
+        """The queue's AMQP consumers on every proxy (their ZooKeeper registrations)."""
+        return len(self.zk.children(self.paths.queue_consumers(vhost, name)))
 
     def held_messages(self, vhost: str, name: str) -> int:
         """AMQP deliveries of the queue not yet acknowledged, on every proxy: this
@@ -662,10 +675,24 @@ class TopologyService:
 
     # ---- queue lifecycle: consumers, ownership, use ------------------------------------------
 
-    def register_consumer(self, vhost: str, queue: Queue, consumer: str) -> None:
+    def register_consumer(
+        self, vhost: str, queue: Queue, consumer: str, exclusive: bool = False
+    ) -> None:
         """Record an AMQP consumer of `queue` (ephemeral, so a dead proxy's consumers go
-        away with its session). Raises NotFound when the queue is gone."""
+        away with its session); an exclusive consumer's name ends with EXCLUSIVE_MARK.
+        Raises NotFound when the queue is gone, AccessRefused when the queue is in
+        exclusive use, or `exclusive` and another consumer reads it (RabbitMQ's 403)."""
         path = self.paths.queue_consumer(vhost, queue.name, consumer)
+        mine = path.rsplit("/", 1)[1]
+        try:
+            present = self.zk.children(self.paths.queue_consumers(vhost, queue.name))
+        except NodeMissing:
+            present = []
+        others = [c for c in present if c != mine]
+        if others and (exclusive or any(c.endswith(_EXCLUSIVE_SEGMENT) for c in others)):
+            raise AccessRefused(
+                f"queue '{queue.name}' in vhost '{vhost}' in exclusive use", (60, 20)
+            )
         data = self.ephemerals.owner_id.encode()
         for _ in range(2):
             try:

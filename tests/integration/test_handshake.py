@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import aio_pika
 import kombu
@@ -12,6 +13,7 @@ import pytest
 from pamqp import commands, frame
 
 from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.local.ports import free_port
 from tests.integration.conftest import Broker, ProxyFactory
 
 
@@ -156,3 +158,21 @@ def test_client_channel_close_gets_close_ok_and_connection_lives(broker: Broker)
     assert (channel, type(method)) == (1, commands.Channel.CloseOk)
     assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
     client.close()
+
+
+def test_the_proxy_says_at_startup_that_pulsar_does_not_answer(
+    start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.ERROR, logger="starlight.server"):
+        start_proxy(brokerWebServiceURL=nowhere)
+    said = [r.getMessage() for r in caplog.records if "unreachable at startup" in r.getMessage()]
+    assert len(said) == 1 and nowhere in said[0] and "541" in said[0]
+
+
+def test_no_startup_warning_when_pulsar_answers(
+    start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="starlight.server"):
+        start_proxy()
+    assert not [r for r in caplog.records if "unreachable at startup" in r.getMessage()]

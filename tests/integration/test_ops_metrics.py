@@ -96,6 +96,73 @@ def test_a_scrape_after_known_traffic_shows_its_counts(start_proxy: ProxyFactory
         time.sleep(0.05)
 
 
+def test_queue_metrics_under_rabbitmqs_names_follow_ready_unacked_and_consumers(
+    start_proxy: ProxyFactory,
+) -> None:
+    port = free_port()
+    proxy = start_proxy(
+        metricsListener=f"http://127.0.0.1:{port}", queueMetricsIntervalMillis="300"
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(f"{base}/readyz")
+    queue = unique("q", "metrics")
+    labels = f'queue="{queue}",vhost="/"'
+
+    def wait_for(expected: dict[str, float]) -> str:
+        deadline = time.monotonic() + 30
+        while True:
+            text = fetch(f"{base}/metrics")[1]
+            seen = {name: sample(text, name, labels) for name in expected}
+            if seen == expected:
+                return text
+            assert time.monotonic() < deadline, f"metrics {seen}, expected {expected}"
+            time.sleep(0.2)
+
+    with pika.BlockingConnection(pika.URLParameters(proxy.amqp_url())) as conn:
+        channel = conn.channel()
+        channel.queue_declare(queue)
+        channel.confirm_delivery()
+        for _ in range(5):
+            channel.basic_publish("", queue, b"x")
+        text = wait_for(
+            {
+                "rabbitmq_queue_messages_ready": 5,
+                "rabbitmq_queue_messages_unacked": 0,
+                "rabbitmq_queue_messages": 5,
+                "rabbitmq_queue_consumers": 0,
+            }
+        )
+        assert sample(text, "rabbitmq_queues") >= 1
+        assert sample(text, "rabbitmq_global_messages_received_total") == 5
+        assert sample(text, "rabbitmq_global_messages_confirmed_total") == 5
+        assert sample(text, "rabbitmq_connections") == 1
+        assert sample(text, "starlight_vhost_connections", 'vhost="/"') == 1
+        assert sample(text, "process_resident_memory_bytes") > 0
+        # A prefetch-2 consumer holds two (Pulsar has dispatched more to its proxy: they
+        # are still ready, as RabbitMQ counts them).
+        channel.basic_qos(prefetch_count=2)
+        held: list[int] = []
+        channel.basic_consume(queue, lambda ch, m, p, b: held.append(m.delivery_tag))
+        deadline = time.monotonic() + 10
+        while len(held) < 2 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert len(held) == 2
+        wait_for(
+            {
+                "rabbitmq_queue_messages_ready": 3,
+                "rabbitmq_queue_messages_unacked": 2,
+                "rabbitmq_queue_messages": 5,
+                "rabbitmq_queue_consumers": 1,
+            }
+        )
+        channel.close()
+        conn.channel().queue_delete(queue)
+    deadline = time.monotonic() + 30
+    while f'queue="{queue}"' in fetch(f"{base}/metrics")[1]:
+        assert time.monotonic() < deadline, "a deleted queue is still exported"
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def own_zookeeper(tmp_path: Path, pulsar_distribution: Path) -> Iterator[ZooKeeperServer]:
     """A ZooKeeper this test may stop (the session's is shared)."""

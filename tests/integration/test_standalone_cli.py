@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pika
+import pika.exceptions
 import pytest
 
 from starlight_py.local import free_port
@@ -33,10 +34,13 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def wait_for_line(process: subprocess.Popen[str], needle: str, timeout: float) -> str:
+def wait_for_line(
+    process: subprocess.Popen[str], needle: str, timeout: float, seen: list[str] | None = None
+) -> str:
+    """The first line with `needle`; every line read goes to `seen`."""
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
-    seen = []
+    seen = [] if seen is None else seen
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
@@ -82,15 +86,26 @@ def test_standalone_serves_clients_and_stops_everything(
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        banner = wait_for_line(process, "is ready", timeout=240)
+        output: list[str] = []
+        banner = wait_for_line(process, "is ready", timeout=240, seen=output)
         assert f"amqp://127.0.0.1:{amqp_port}" in banner
         assert len(processes_mentioning(str(data_dir))) >= 2  # ZooKeeper and Pulsar JVMs
+        # Each step is said once (not by the proxy's log and the servers' own lines both).
+        assert sum("starting ZooKeeper" in line for line in output) == 1, output
+        assert sum("starting Pulsar standalone" in line for line in output) == 1, output
 
         connection = pika.BlockingConnection(
             pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F")
         )
         assert connection.channel().is_open
         connection.close()
+        # A vhost nobody created is refused, as RabbitMQ does, and not made on the fly (a
+        # typo must not turn into a namespace); the error says how to make one.
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:
+            pika.BlockingConnection(
+                pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{amqp_port}/ordres")
+            )
+        assert "530" in str(refused.value) and "starlight-admin vhost create" in str(refused.value)
 
         # The management API is on by default in standalone (RabbitMQ's port 15672 unless
         # told otherwise).

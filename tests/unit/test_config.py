@@ -115,6 +115,7 @@ def test_every_key_is_read_from_its_env_var() -> None:
         "metricsListener": "http://0.0.0.0:9101",
         "managementListener": "http://0.0.0.0:15672",
         "managementAdministrators": "ops, alice",
+        "queueMetricsIntervalMillis": "4500",
         "amqpProxyProtocol": "true",
         "subscriptionCleanerIntervalMillis": "2500",
         "subscriptionCleanerGracePeriodMillis": "0",
@@ -179,6 +180,7 @@ def test_every_key_is_read_from_its_env_var() -> None:
         metrics_listener="http://0.0.0.0:9101",
         management_listener="http://0.0.0.0:15672",
         management_administrators=("ops", "alice"),
+        queue_metrics_interval=4.5,
         proxy_protocol=True,
         cleaner_interval=2.5,
         cleaner_grace=0.0,
@@ -476,3 +478,12 @@ def test_every_config_key_is_documented_in_the_shipped_conf_file() -> None:
 
 def test_shipped_conf_file_loads_to_the_defaults() -> None:
     assert load_config(SHIPPED_CONF) == StarlightConfig()
+
+
+def test_queue_metrics_can_be_turned_off_but_not_negative() -> None:
+    assert (
+        load_config(env={"STARLIGHT_QUEUE_METRICS_INTERVAL_MILLIS": "0"}).queue_metrics_interval
+        == 0
+    )
+    error = config_error(queueMetricsIntervalMillis="-1")
+    assert error.key == "queueMetricsIntervalMillis" and "negative" in str(error)

@@ -294,6 +294,19 @@ def test_no_ack_consumers_ack_at_delivery_and_stop_on_a_full_output() -> None:
     assert wire.take() == deliver(3, b"m3")
 
 
+def test_consumers_without_prefetch_stop_on_a_full_output_too() -> None:
+    # Output is bounded whatever the message size (a 128 MiB body is one delivery): an
+    # acking consumer without prefetch waits for the client to read, as on RabbitMQ's TCP.
+    ch, wire = new_channel()
+    consumer = started(ch)
+    wire.pending_output = MAX_OUTPUT_BACKLOG
+    ch.messages_arrived(consumer, sources("m1"))
+    assert wire.take() == []
+    wire.pending_output = 0
+    ch.output_drained()
+    assert wire.take() == deliver(1, b"m1")
+
+
 def test_vet_drops_messages_that_are_no_longer_the_queues() -> None:
     ch, wire = new_channel()
     consumer = started(ch)
@@ -359,6 +372,31 @@ def test_a_band_that_had_messages_is_waited_for_longer_at_the_start() -> None:
     clock.now += BAND_FIRST_WAIT
     ch.drain(consumer)
     assert wire.take() == deliver(2, b"low")
+
+
+def test_bands_whose_known_messages_all_came_hold_nothing_back() -> None:
+    # RabbitMQ hands a new consumer every band's ready messages at once: a band known to be
+    # empty, or whose backlog at subscribing has all arrived, is not waited for.
+    clock = Clock()
+    ch, wire = new_channel(clock)
+    consumer = ch.add_consumer("c1", "q", False, False)
+    ch.reads_band(consumer, 3, backlog=1)
+    ch.reads_band(consumer, 2, backlog=0)
+    ch.reads_band(consumer, 1, backlog=1)
+    ch.start_consumer(consumer, nowait=True)
+    ch.messages_arrived(consumer, [(1, Source("low"))])
+    assert wire.take() == []  # band 3's message is on its way
+    ch.messages_arrived(consumer, [(3, Source("high"))])
+    assert wire.take() == deliver(1, b"high") + deliver(2, b"low")
+    # Later, band 3 is waited for again each time it runs empty (its next message may be
+    # a round trip away).
+    ch.messages_arrived(consumer, [(3, Source("high2"))])
+    assert wire.take() == deliver(3, b"high2")
+    ch.messages_arrived(consumer, [(1, Source("low2"))])
+    assert wire.take() == []
+    clock.now += BAND_REFILL_WAIT * 1.01
+    ch.drain(consumer)
+    assert wire.take() == deliver(4, b"low2")
 
 
 # ---- ack, nack, reject, recover ------------------------------------------------------------
