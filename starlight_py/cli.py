@@ -10,6 +10,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 import trio
 
@@ -107,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--pulsar-port", type=int, default=6650, help="default: 6650")
     standalone.add_argument("--pulsar-web-port", type=int, default=8080, help="default: 8080")
     standalone.add_argument("--zookeeper-port", type=int, default=2181, help="default: 2181")
+    standalone.add_argument(
+        "--management-port",
+        type=int,
+        default=15672,
+        help="management HTTP API, compatible with RabbitMQ's (default: 15672; 0: off)",
+    )
     standalone.add_argument("--config", type=Path, help="conf file for the proxy's other keys")
     _add_overrides(standalone)
     return parser
@@ -258,6 +265,8 @@ def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
         "brokerWebServiceURL": f"http://127.0.0.1:{args.pulsar_web_port}",
         "amqpListeners": f"amqp://127.0.0.1:{args.amqp_port}",
     }
+    if args.management_port:
+        settings["managementListener"] = f"http://127.0.0.1:{args.management_port}"
     settings.update(overrides)
     config = load_config(args.config, os.environ, settings)
     _setup_logging(config)
@@ -268,6 +277,10 @@ def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     try:
         for listener in config.listeners:
             ensure_port_free(listener.port, "AMQP listener")
+        if config.management_listener:
+            management_port = urlsplit(config.management_listener).port
+            if management_port:
+                ensure_port_free(management_port, "management listener")
         # The local servers say what they do through the proxy's log: each line once.
         distribution = ensure_pulsar_distribution(log=log.info)
         zookeeper = ZooKeeperServer(

@@ -515,6 +515,25 @@ class StarlightConfig:
             "Example: http://0.0.0.0:9101.",
         ),
     )
+    management_listener: str = field(
+        default="",
+        metadata=_key(
+            "managementListener",
+            "http://host:port for the management HTTP API, compatible with RabbitMQ's "
+            "(/api/..., rabbitmqadmin works against it; docs/management.md); empty: off. "
+            "`standalone` serves it on http://127.0.0.1:15672 unless set. Example: "
+            "http://0.0.0.0:15672.",
+        ),
+    )
+    management_administrators: tuple[str, ...] = field(
+        default=(),
+        metadata=_key(
+            "managementAdministrators",
+            "Comma-separated principals that may use every vhost and the cluster-wide parts "
+            "of the management API (definitions, permissions) when authenticationEnabled is "
+            "true. Others see and change only what their permissions allow.",
+        ),
+    )
     queue_metrics_interval: float = field(
         default=10 * SECONDS,
         metadata=_key(
@@ -607,6 +626,14 @@ def _validate(cfg: StarlightConfig) -> None:
             port = None
         if parts.scheme != "http" or not parts.hostname or port is None:
             raise ConfigError("metricsListener", "must be http://host:port (or empty: off)")
+    if cfg.management_listener:
+        parts = urlsplit(cfg.management_listener)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "http" or not parts.hostname or port is None:
+            raise ConfigError("managementListener", "must be http://host:port (or empty: off)")
     if cfg.log_level not in _LOG_LEVELS:
         raise ConfigError("logLevel", f"must be one of {', '.join(_LOG_LEVELS)}")
     if cfg.log_format not in LOG_FORMATS:

@@ -29,6 +29,18 @@ class AdminContext:
         )
         self._zk: ZooKeeperClient | None = None
         self._backend: PulsarBackend | None = None
+        self._owns_zk = True
+
+    @classmethod
+    def sharing(cls, config: StarlightConfig, topology: TopologyService) -> AdminContext:
+        """A context on a running proxy's ZooKeeper session and topology service (the
+        management API); close() leaves them open."""
+        ctx = cls(config)
+        ctx._zk = topology.zk
+        ctx._owns_zk = False
+        ctx.__dict__["topology"] = topology  # what the cached_property would hold
+        ctx.__dict__["admin"] = topology.admin
+        return ctx
 
     @property
     def zk(self) -> ZooKeeperClient:
@@ -68,7 +80,7 @@ class AdminContext:
         if self._backend is not None:
             self._backend.close()
             self._backend = None
-        if self._zk is not None:
+        if self._zk is not None and self._owns_zk:
             self._zk.stop()
             self._zk = None
 

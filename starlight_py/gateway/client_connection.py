@@ -90,6 +90,9 @@ class ClientConnection:
         self.refusal = refusal
         self.services = services
         self.peer = peer
+        self.local = ""  # this proxy's address of the connection (set by the server)
+        self.tls = tls
+        self.connected_at = time.time()
         self.id = f"conn-{next(_ids)}"
         # The mechanisms offered depend on the transport (EXTERNAL only over TLS).
         settings = dataclasses.replace(

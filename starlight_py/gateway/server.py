@@ -17,11 +17,12 @@ from pamqp.common import FieldTable
 
 from starlight_py import __version__
 from starlight_py.amqp.connection import ServerSettings
-from starlight_py.amqp.errors import InternalError
+from starlight_py.amqp.errors import ConnectionForced, InternalError
 from starlight_py.auth.authenticator import Authenticator, build_authenticator
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.cluster.cleaner import SubscriptionCleaner
+from starlight_py.cluster.connection_reports import ConnectionReports
 from starlight_py.cluster.duties import cluster_duties
 from starlight_py.cluster.election import LeaderElection
 from starlight_py.config import (
@@ -32,6 +33,7 @@ from starlight_py.config import (
 )
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
+from starlight_py.gateway.connection_report import connection_name, describe_connections
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
 from starlight_py.gateway.held_messages import HeldMessages
 from starlight_py.gateway.pre_acks import PreAcks
@@ -49,6 +51,8 @@ from starlight_py.gateway.tls import (
 )
 from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
+from starlight_py.management.http_server import serve_http
+from starlight_py.management.routes import management_api
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.permissions import PermissionCache
@@ -113,6 +117,7 @@ class ProxyServices:
     reaper: ExpiryReaper | None = None  # expires messages of queues nobody reads
     held: HeldMessages | None = None  # unacked deliveries by queue, for exact counts
     pre_acks: PreAcks | None = None  # drops messages from queues they were not routed to
+    management_url: str = ""  # where the management API listens, once it does
 
     def __post_init__(self) -> None:
         if self.lengths is None:
@@ -392,6 +397,16 @@ def live_counts(services: ProxyServices) -> LiveCounts:
     return LiveCounts(len(connections), channels, consumers, len(services.producers), by_vhost)
 
 
+def close_connection(services: ProxyServices, name: str, reason: str) -> bool:
+    """Close this proxy's connection `name` with 320 CONNECTION_FORCED and `reason` (what
+    DELETE /api/connections/{name} asks); False when it is not here."""
+    for connection in list(services.connections):
+        if connection_name(connection) == name:
+            connection.force_close(ConnectionForced(reason or "Closed via management plugin"))
+            return True
+    return False
+
+
 def readiness_problems(services: ProxyServices) -> list[str]:
     """Blocking: what keeps this proxy from serving well (empty: ready)."""
     if services.shutting_down:
@@ -408,6 +423,23 @@ def readiness_problems(services: ProxyServices) -> list[str]:
     except Exception as e:
         problems.append(f"Pulsar admin {services.topology.admin.web_url}: {e}")
     return problems
+
+
+async def _start_management(
+    nursery: trio.Nursery, config: StarlightConfig, services: ProxyServices, urls: list[str]
+) -> None:
+    """The management HTTP API (docs/management.md); raises OSError when its port is taken."""
+    address = urlsplit(config.management_listener)
+    port = address.port or 0
+    url = await nursery.start(
+        serve_http,
+        address.hostname or "127.0.0.1",
+        # Workers of `serve --workers N` use port, port + 1, ... as for metricsListener.
+        port and port + (worker_index() or 0),
+        management_api(services, urls, lambda: readiness_problems(services)),
+    )
+    services.management_url = url
+    log.info("management API on %s/api/", url)
 
 
 async def _proxy_header(
@@ -530,8 +562,10 @@ async def _serve(
         try:
             host, port = sock.getpeername()[:2]
             peer = f"{host}:{port}"
+            local_host, local_port = sock.getsockname()[:2]
+            local = f"{local_host}:{local_port}"
         except OSError:
-            host, peer = "?", "?"
+            host, peer, local = "?", "?", "?"
         try:
             certificate = None
             client_stream: trio.abc.Stream = stream
@@ -567,6 +601,7 @@ async def _serve(
                 peer_certificate=certificate,
                 refusal=ticket.reason or None,
             )
+            connection.local = local
             services.connections.add(connection)
             try:
                 await connection.run()
@@ -599,6 +634,8 @@ async def _serve(
                 services.metrics,
                 lambda: readiness_problems(services),
             )
+        if config.management_listener:
+            await _start_management(nursery, config, services, urls)
         task_status.started(urls)
         assert services.ephemerals is not None
         nursery.start_soon(services.producers.close_idle_forever)
@@ -607,6 +644,17 @@ async def _serve(
         nursery.start_soon(services.reaper.run)
         nursery.start_soon(services.held.publish_forever)
         nursery.start_soon(services.pre_acks.run)
+        assert services.ephemerals is not None
+        nursery.start_soon(
+            ConnectionReports(
+                services.zookeeper,
+                services.topology.paths,
+                services.ephemerals,
+                services.proxy_id,
+                lambda: describe_connections(list(services.connections), services.proxy_id),
+                lambda name, reason: close_connection(services, name, reason),
+            ).run
+        )
         nursery.start_soon(
             cluster_duties,
             services.zookeeper,

@@ -154,6 +154,22 @@ class Paths:
         return f"{self.proxies}/{segment(proxy_id)}"
 
     @property
+    def connection_reports(self) -> str:
+        """What each proxy reports of its AMQP connections (cluster/connection_reports.py),
+        for the management API."""
+        return f"{self.root}/v1/connections"
+
+    def connection_report(self, proxy_id: str) -> str:
+        return f"{self.connection_reports}/{segment(proxy_id)}"
+
+    def close_requests(self, proxy_id: str) -> str:
+        """Requests to close connections of one proxy (DELETE /api/connections/{name})."""
+        return f"{self.root}/v1/connection-closes/{segment(proxy_id)}"
+
+    def close_request(self, proxy_id: str, connection: str) -> str:
+        return f"{self.close_requests(proxy_id)}/{segment(connection)}"
+
+    @property
     def held_root(self) -> str:
         """Unacked deliveries by queue and proxy (gateway/held_messages.py): outside
         `vhosts`, so the topology cache does not follow their frequent changes."""

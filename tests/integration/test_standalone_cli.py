@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pika
@@ -56,6 +59,7 @@ def test_standalone_serves_clients_and_stops_everything(
 ) -> None:
     data_dir = tmp_path / "standalone-data"
     amqp_port = free_port()
+    management_port = free_port()
     command = [
         sys.executable,
         "-m",
@@ -71,6 +75,8 @@ def test_standalone_serves_clients_and_stops_everything(
         str(free_port()),
         "--zookeeper-port",
         str(free_port()),
+        "--management-port",
+        str(management_port),
     ]
     process = subprocess.Popen(
         command,
@@ -101,6 +107,13 @@ def test_standalone_serves_clients_and_stops_everything(
             )
         assert "530" in str(refused.value) and "starlight-admin vhost create" in str(refused.value)
 
+        # The management API is on by default in standalone (RabbitMQ's port 15672 unless
+        # told otherwise).
+        request = urllib.request.Request(f"http://127.0.0.1:{management_port}/api/overview")
+        request.add_header("authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.loads(answer.read())["product_name"] == "starlight-py"
+
         process.send_signal(stop_signal)
         assert process.wait(timeout=120) == 0
     finally:
@@ -127,6 +140,8 @@ def test_standalone_with_a_busy_port_fails_fast_with_one_clear_line(tmp_path: Pa
                 str(port),
                 "--data-dir",
                 str(tmp_path / "d"),
+                "--management-port",
+                str(free_port()),
             ],
             capture_output=True,
             text=True,
