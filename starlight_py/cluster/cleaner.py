@@ -46,6 +46,7 @@ from starlight_py.metadata.zookeeper import (
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import MessagePolicy
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.streams import StreamRetention
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import QueueState, TopologyService, expires_after
 
@@ -126,6 +127,7 @@ class SubscriptionCleaner:
             self._retired_subscriptions()
             self._unbound_entries()
             self._expired_messages()
+            self._stream_retention()
             self._abandoned_queues()
             self._stale_held_counts()
         except _Budget:
@@ -284,6 +286,43 @@ class SubscriptionCleaner:
                 except (PulsarAdminError, BackendUnavailable) as e:
                     self.stats.errors += 1
                     log.warning("cleaner: expiring messages of queue %r: %s", cached.name, e)
+
+    def _stream_retention(self) -> None:
+        """Streams keep their messages on subscriptions nothing reads: let go of those older
+        than x-max-age (Pulsar's expireMessages) and of the oldest beyond x-max-length-bytes
+        (skip), so that Pulsar's retention can delete them (docs/mapping.md#stream-queues)."""
+        for vhost, cached in self.cache.queues():
+            retention = StreamRetention.of(cached.arguments)
+            if retention is None:
+                continue
+            namespace = self._namespace(vhost)
+            if namespace is None:
+                continue
+            sets = [
+                *self.cache.binding_sets_of_queue(vhost, cached.name),
+                *self.cache.draining_sets(vhost, cached.name),
+            ]
+            for binding_set in sets:
+                topic = naming.TopicName(namespace, binding_set.topic)
+                try:
+                    self._retain(topic, binding_set.subscription, retention)
+                except (PulsarAdminError, BackendUnavailable) as e:
+                    self.stats.errors += 1
+                    log.warning("cleaner: retention of stream %r: %s", cached.name, e)
+
+    def _retain(
+        self, topic: naming.TopicName, subscription: str, retention: StreamRetention
+    ) -> None:
+        if retention.max_age_seconds is not None:
+            self.admin.expire_messages(topic, subscription, retention.max_age_seconds)
+            self.stats.expiry_sweeps += 1
+        if retention.max_bytes is not None:
+            stats = self.admin.subscription_stats(topic, with_bytes=True).get(subscription)
+            if stats is not None:
+                over = retention.messages_over(stats.backlog, stats.backlog_bytes)
+                if over:
+                    self.admin.skip_messages(topic, subscription, over)
+                    self._spend()
 
     def _stale_held_counts(self) -> None:
         """The folders of unacked counts (gateway/held_messages.py) of queues that no longer

@@ -28,7 +28,7 @@ import trio
 
 from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
-from starlight_py.backend.stream_reader import StreamReaderHandle, open_stream_reader
+from starlight_py.backend.stream_reader import StreamReaderHandle
 from starlight_py.core.commands import (
     AckMessages,
     Command,
@@ -53,7 +53,11 @@ from starlight_py.gateway.single_active import (
     leave_line,
     wait_for_turn,
 )
-from starlight_py.gateway.stream_consuming import stream_start_of, with_offset_header
+from starlight_py.gateway.stream_consuming import (
+    open_stream_handle,
+    stream_start_of,
+    with_offset_header,
+)
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
@@ -91,6 +95,8 @@ class ConsumerLink:
     waiting: bool = False
     # A stream queue's consumer: where it starts (it reads through readers of its own).
     stream: StreamStart | None = None
+    # A stream's first retained offset on each subscription's topic (docs/mapping.md).
+    floors: dict[str, int] = field(default_factory=dict)
 
     @property
     def registry_name(self) -> str:
@@ -272,19 +278,18 @@ class Consumers:
         band = link.ranks[binding_set.subscription] = rank(binding_set)
         link.session.core.reads_band(link.core, band, backlog)
         if link.stream is not None:
-            # A binding made after the consumer started is read from its start (next).
+            # A binding made after the consumer started is read from then on (next).
             start = StreamStart("next") if link.core.started else link.stream
-            if start.kind == "last":
-                start = await self._last_entry(topic)
-            handle: ConsumerHandle = await trio.to_thread.run_sync(
-                open_stream_reader,
+            handle: ConsumerHandle = await open_stream_handle(
                 self.backend,
+                self.topology.admin,
                 topic,
                 binding_set.subscription,
                 start,
                 name,
                 min(size, UNLIMITED_RECEIVER_QUEUE),
                 lambda h, batch: batcher.put((h, batch)),
+                link.floors,
             )
         else:
             handle = await trio.to_thread.run_sync(
@@ -298,14 +303,6 @@ class Consumers:
         link.handles[binding_set.subscription] = handle
         if link.core.reading.get(band if link.core.ranks else None) is False:
             handle.pause()  # the core has it paused already
-
-    async def _last_entry(self, topic: naming.TopicName) -> StreamStart:
-        """`last` on one topic: from the start of its last entry (a Pulsar batch, like a
-        RabbitMQ chunk); an empty topic from its first message."""
-        last = await trio.to_thread.run_sync(self.topology.admin.last_message_id, topic)
-        if last is None:
-            return StreamStart("first")
-        return StreamStart("offset", offset=offset_of(replace(last, batch_index=0)))
 
     async def follow_bindings(self) -> None:
         """Subscribe consumers to bindings added after they started; cancel (with
@@ -481,6 +478,8 @@ class Consumers:
         start = link.stream
         assert start is not None
         offset = offset_of(message.position)
+        if offset < link.floors.get(message.handle.subscription, 0):
+            return None  # past the stream's retention
         if not start.admits(offset, message.publish_time_ms):
             return None
         decoded = self._route(link.queue, link.known_sets, message)

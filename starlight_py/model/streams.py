@@ -15,6 +15,7 @@ resume from it anywhere. The number is increasing along a topic but not dense (s
 from __future__ import annotations
 
 import datetime
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -155,6 +156,40 @@ def check_stream_consume(name: str, vhost: str, prefetch: int, no_ack: bool) -> 
             f"automatic acknowledgement not supported by stream queues {_queue_text(name, vhost)}",
             (60, 20),
         )
+
+
+# ---- retention ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRetention:
+    """What a stream keeps: messages younger than `max_age_seconds` (x-max-age) and at most
+    `max_bytes` of them (x-max-length-bytes, Pulsar's stored sizes); None: no bound."""
+
+    max_age_seconds: int | None
+    max_bytes: int | None
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> StreamRetention | None:
+        """The retention of a stream's validated arguments; None for other queues and for
+        a stream that keeps everything."""
+        if not is_stream(arguments):
+            return None
+        age_text = _text(arguments.get("x-max-age"))
+        age = duration_seconds(age_text) if age_text is not None else None
+        size = arguments.get("x-max-length-bytes")
+        max_bytes = size if isinstance(size, int) and not isinstance(size, bool) else None
+        if age is None and max_bytes is None:
+            return None
+        return cls(age, max_bytes)
+
+    def messages_over(self, backlog: int, backlog_bytes: int) -> int:
+        """How many of the oldest messages to let go so that the rest fit in `max_bytes`
+        (sizes taken as the backlog's average)."""
+        if self.max_bytes is None or backlog <= 0 or backlog_bytes <= self.max_bytes:
+            return 0
+        average = backlog_bytes / backlog
+        return min(backlog, math.ceil((backlog_bytes - self.max_bytes) / average))
 
 
 # ---- where a consumer starts -----------------------------------------------------------------

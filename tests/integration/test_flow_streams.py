@@ -476,3 +476,56 @@ def test_consumer_on_one_proxy_publisher_on_another_and_offsets_everywhere_alike
     finally:
         consumer_side.close()
         publisher_side.close()
+
+
+def test_resume_through_a_new_proxy_after_a_restart(
+    proxy_only: None, start_proxy: ProxyFactory, created: Created
+) -> None:
+    def connect_to(port: int) -> BlockingConnection:
+        return pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/"))
+
+    name = created.queue()
+    before = start_proxy()
+    connection = connect_to(before.port)
+    channel = confirming_channel(connection)
+    declare_stream(channel, name)
+    publish(channel, name, BODIES[:5])
+    stored = read(connection, name, "first", 5).offsets[-1]
+    connection.close()
+    before.stop()
+    after = connect_to(start_proxy().port)
+    try:
+        publish(confirming_channel(after), name, BODIES[5:])
+        resumed = read(after, name, stored + 1, 5)
+        assert resumed.bodies == BODIES[5:]
+        assert resumed.offsets[0] > stored
+    finally:
+        after.close()
+
+
+def test_retention_by_size_lets_go_of_the_oldest(
+    proxy_only: None, start_proxy: ProxyFactory, created: Created
+) -> None:
+    # The SubscriptionCleaner's leader applies x-max-length-bytes and x-max-age at each
+    # pass; `first` then starts at the oldest message kept.
+    proxy = start_proxy(subscriptionCleanerIntervalMillis="300")
+    connection = pika.BlockingConnection(
+        pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{proxy.port}/")
+    )
+    try:
+        name = created.queue()
+        channel = confirming_channel(connection)
+        declare_stream(channel, name, **{"x-max-length-bytes": 5_000})
+        bodies = [bytes([65 + i]) * 1000 for i in range(20)]
+        publish(channel, name, bodies)
+        deadline = time.monotonic() + 15
+        kept: list[bytes] = []
+        while time.monotonic() < deadline:
+            kept = read(connection, name, "first", 20, settle=0.3).bodies
+            if len(kept) < 10:
+                break
+            time.sleep(0.5)
+        assert 1 <= len(kept) < 10
+        assert kept == bodies[-len(kept) :]
+    finally:
+        connection.close()

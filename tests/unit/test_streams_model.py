@@ -12,6 +12,7 @@ from starlight_py.amqp.errors import NotImplementedMethod, PreconditionFailed
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.streams import (
+    StreamRetention,
     StreamStart,
     check_stream_consume,
     duration_seconds,
@@ -148,3 +149,14 @@ def test_start_admits_from_its_offset_or_time() -> None:
     assert StreamStart("time", time_ms=NOW_MS).admits(0, NOW_MS)
     assert not StreamStart("time", time_ms=NOW_MS).admits(0, NOW_MS - 1)
     assert StreamStart("first").admits(0, 0)
+
+
+def test_retention_of_stream_arguments() -> None:
+    assert StreamRetention.of({"x-max-age": "1h"}) is None  # not a stream
+    assert StreamRetention.of(STREAM) is None
+    retention = StreamRetention.of({**STREAM, "x-max-age": "1h", "x-max-length-bytes": 1000})
+    assert retention == StreamRetention(3600, 1000)
+    assert retention.messages_over(10, 1000) == 0
+    assert retention.messages_over(10, 2000) == 5  # 200 bytes each: 5 go
+    assert retention.messages_over(10, 1050) == 1
+    assert StreamRetention(3600, None).messages_over(10, 10**9) == 0
