@@ -18,7 +18,9 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
+from starlight_py.local import ServiceEndpoints
 from tests.integration.conftest import Broker, ProxyFactory
+from tests.support.admin_cli import AdminCLI
 from tests.support.amqp_fixtures import (
     Created,
     closes_channel,
@@ -527,5 +529,26 @@ def test_retention_by_size_lets_go_of_the_oldest(
             time.sleep(0.5)
         assert 1 <= len(kept) < 10
         assert kept == bodies[-len(kept) :]
+    finally:
+        connection.close()
+
+
+def test_admin_queue_list_shows_a_stream_with_its_size(
+    proxy_only: None, services: ServiceEndpoints, start_proxy: ProxyFactory, created: Created
+) -> None:
+    admin = AdminCLI(services)
+    proxy = start_proxy(**admin.proxy_settings)
+    connection = pika.BlockingConnection(pika.URLParameters(proxy.amqp_url()))
+    try:
+        name = created.queue()
+        channel = confirming_channel(connection)
+        declare_stream(channel, name)
+        publish(channel, name, [b"x" * 100] * 7)
+        reader = StreamReader(connection.channel(), name, "first")
+        pump([connection], lambda: len(reader.items) == 7, timeout=10, settle=0)
+        row = {row["name"]: row for row in admin.json("queue", "list")}[name]
+        assert (row["type"], row["ready"], row["consumers"]) == ("stream", 7, 1)
+        assert row["stream_bytes"] >= 700
+        connection.channel().queue_delete(name)
     finally:
         connection.close()
