@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
+import urllib.request
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +21,9 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from starlight_py.local import ServiceEndpoints
+from starlight_py.local.ports import free_port
 from tests.integration.conftest import Broker, ProxyFactory
+from tests.integration.test_ops_metrics import sample
 from tests.support.admin_cli import AdminCLI
 from tests.support.amqp_fixtures import (
     Created,
@@ -92,6 +96,12 @@ def read(
 
 
 BODIES = [f"m{i}".encode() for i in range(10)]
+
+
+def own_cleaner() -> dict[str, str]:
+    """Settings for a proxy that leads the SubscriptionCleaner at once: a metadata root of
+    its own, so that no other proxy on the same ZooKeeper takes part in its election."""
+    return {"starlightMetadataRoot": f"/starlight-streams-{uuid.uuid4().hex[:8]}"}
 
 
 # ---- declare -------------------------------------------------------------------------------
@@ -510,7 +520,7 @@ def test_retention_by_size_lets_go_of_the_oldest(
 ) -> None:
     # The SubscriptionCleaner's leader applies x-max-length-bytes and x-max-age at each
     # pass; `first` then starts at the oldest message kept.
-    proxy = start_proxy(subscriptionCleanerIntervalMillis="300")
+    proxy = start_proxy(subscriptionCleanerIntervalMillis="300", **own_cleaner())
     connection = pika.BlockingConnection(
         pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{proxy.port}/")
     )
@@ -529,6 +539,7 @@ def test_retention_by_size_lets_go_of_the_oldest(
             time.sleep(0.5)
         assert 1 <= len(kept) < 10
         assert kept == bodies[-len(kept) :]
+        connection.channel().queue_delete(name)  # in this proxy's own metadata root
     finally:
         connection.close()
 
@@ -550,5 +561,36 @@ def test_admin_queue_list_shows_a_stream_with_its_size(
         assert (row["type"], row["ready"], row["consumers"]) == ("stream", 7, 1)
         assert row["stream_bytes"] >= 700
         connection.channel().queue_delete(name)
+    finally:
+        connection.close()
+
+
+def test_metrics_show_a_streams_size(
+    proxy_only: None, start_proxy: ProxyFactory, created: Created
+) -> None:
+    port = free_port()
+    proxy = start_proxy(
+        metricsListener=f"http://127.0.0.1:{port}",
+        subscriptionCleanerIntervalMillis="300",
+        **own_cleaner(),
+    )
+    connection = pika.BlockingConnection(pika.URLParameters(proxy.amqp_url()))
+    try:
+        name = created.queue()
+        channel = confirming_channel(connection)
+        declare_stream(channel, name)
+        publish(channel, name, [b"x" * 100] * 6)
+        labels = f'queue="{name}",vhost="/"'
+        deadline = time.monotonic() + 15
+        text = ""
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                text = answer.read().decode()
+            if sample(text, "starlight_stream_messages", labels) == 6:
+                break
+            time.sleep(0.3)
+        assert sample(text, "starlight_stream_messages", labels) == 6
+        assert sample(text, "starlight_stream_bytes", labels) >= 600
+        channel.queue_delete(name)  # in this proxy's own metadata root
     finally:
         connection.close()
