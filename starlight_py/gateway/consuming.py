@@ -97,6 +97,7 @@ class ConsumerLink:
     stream: StreamStart | None = None
     # A stream's first retained offset on each subscription's topic (docs/mapping.md).
     floors: dict[str, int] = field(default_factory=dict)
+    opening: set[str] = field(default_factory=set)  # subscriptions being subscribed to
 
     @property
     def registry_name(self) -> str:
@@ -265,8 +266,19 @@ class Consumers:
     async def subscribe(
         self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None = None
     ) -> None:
-        if binding_set.subscription in link.handles or link.core is None:
+        subscription = binding_set.subscription
+        if subscription in link.handles or subscription in link.opening or link.core is None:
             return
+        # follow_bindings may ask again while this one waits for Pulsar: a second consumer
+        # would leak (a stream's would deliver everything twice).
+        link.opening.add(subscription)
+        try:
+            await self._open(link, binding_set, backlog)
+        finally:
+            link.opening.discard(subscription)
+
+    async def _open(self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None) -> None:
+        assert link.core is not None
         topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
         name = f"{self.prefix}/{link.registry_name}"
         size = link.core.prefetch or UNLIMITED_RECEIVER_QUEUE
