@@ -7,8 +7,12 @@ import datetime
 from typing import Any
 
 import pytest
+from pamqp import commands
 
 from starlight_py.amqp.errors import NotImplementedMethod, PreconditionFailed
+from starlight_py.amqp.framing import decode_raw_properties, encode_raw_properties
+from starlight_py.backend.message_codec import DecodedMessage
+from starlight_py.gateway.stream_consuming import with_offset_header
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.streams import (
@@ -160,3 +164,12 @@ def test_retention_of_stream_arguments() -> None:
     assert retention.messages_over(10, 2000) == 5  # 200 bytes each: 5 go
     assert retention.messages_over(10, 1050) == 1
     assert StreamRetention(3600, None).messages_over(10, 10**9) == 0
+
+
+def test_offset_header_joins_the_message_headers() -> None:
+    properties = commands.Basic.Properties(content_type="text/plain", headers={"k": "v"})
+    raw = encode_raw_properties(properties)
+    decoded = DecodedMessage("", "s", raw, b"body", decode_raw_properties(raw))
+    out = decode_raw_properties(with_offset_header(decoded, 2**40 + 5))
+    assert out.content_type == "text/plain"
+    assert out.headers == {"k": "v", "x-stream-offset": 2**40 + 5}
