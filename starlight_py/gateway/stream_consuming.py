@@ -5,6 +5,7 @@ from the queue), and each delivery carries its offset in the `x-stream-offset` h
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -12,7 +13,7 @@ from typing import Any
 
 import trio
 
-from starlight_py.amqp.framing import decode_raw_properties, encode_raw_properties
+from starlight_py.amqp.framing import encode_raw_properties
 from starlight_py.backend.message_codec import DecodedMessage
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import Listener, PulsarBackend
@@ -91,7 +92,7 @@ async def open_stream_handle(
 
 def with_offset_header(decoded: DecodedMessage, offset: int) -> bytes:
     """The message's property bytes with `x-stream-offset: offset` among its headers."""
-    properties = decode_raw_properties(decoded.raw_properties)
+    properties = copy.copy(decoded.decoded_properties)  # decoded once already
     headers = dict(properties.headers or {})
     headers[OFFSET_HEADER] = offset
     properties.headers = headers
