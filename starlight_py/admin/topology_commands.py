@@ -18,6 +18,7 @@ from starlight_py.admin.parsing import (
     parse_arguments,
 )
 from starlight_py.model import naming
+from starlight_py.model.streams import is_stream
 from starlight_py.model.topology import DEFAULT_EXCHANGE, EXCHANGE_TYPES, Exchange, Queue
 
 
@@ -133,32 +134,46 @@ def list_queues(ctx: AdminContext, args: argparse.Namespace) -> Table:
     record = ctx.vhost(args.vhost)
     rows = []
     for queue in inventory.queues(ctx, args.vhost):
-        ready = unacked = 0
+        ready = unacked = size = 0
         consumers: set[str] = set()
+        stream = is_stream(queue.arguments)
         for binding_set, _ in ctx.topology.binding_sets(args.vhost, queue.name):
             topic = naming.TopicName(record.namespace, binding_set.topic)
-            stats = ctx.admin.subscription_stats(topic).get(binding_set.subscription)
+            stats = ctx.admin.subscription_stats(topic, with_bytes=stream).get(
+                binding_set.subscription
+            )
             if stats is None:
                 continue
             ready += stats.ready
             unacked += stats.unacked
+            size += stats.backlog_bytes
             # basic.get's short-lived consumers are not AMQP consumers.
             consumers.update(n for n in stats.consumer_names if "/get/" not in n)
+        consumer_count = len(consumers)
+        if stream:
+            # A stream's consumers read with readers of their own, not its subscriptions;
+            # what its subscriptions hold is what it retains.
+            consumer_count = ctx.topology.queue_counts(
+                args.vhost, record.namespace, queue.name
+            ).consumer_count
         rows.append(
             (
                 queue.name,
+                _text(queue.arguments.get("x-queue-type", "classic")),
                 ready,
                 unacked,
-                len(consumers),
+                consumer_count,
                 queue.durable,
                 queue.auto_delete,
                 queue.exclusive,
                 queue.arguments,
+                size if stream else None,
             )
         )
     return Table(
         (
             "name",
+            "type",
             "ready",
             "unacked",
             "consumers",
@@ -166,9 +181,14 @@ def list_queues(ctx: AdminContext, args: argparse.Namespace) -> Table:
             "auto_delete",
             "exclusive",
             "arguments",
+            "stream_bytes",
         ),
         rows,
     )
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def declare_queue(ctx: AdminContext, args: argparse.Namespace) -> Report:

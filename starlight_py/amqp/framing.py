@@ -289,6 +289,12 @@ def encode_content_raw(
     return b"".join(parts)
 
 
+def encode_raw_properties(properties: commands.Basic.Properties) -> bytes:
+    """The property flags and values of a content header (what decode_raw_properties reads)."""
+    payload: bytes = header.ContentHeader(0, 0, properties).marshal()
+    return payload[_CONTENT_HEADER_PREFIX.size :]
+
+
 def decode_raw_properties(raw_properties: bytes) -> commands.Basic.Properties:
     """Decode stored property bytes; raises FrameError when they do not decode."""
     return _decode_header(0, _CONTENT_HEADER_PREFIX.pack(60, 0, 0) + raw_properties).properties

@@ -348,6 +348,13 @@ class PulsarAdmin:
             if e.status != 409:
                 raise
 
+    def skip_messages(self, topic: TopicName, subscription: str, count: int) -> None:
+        """Acknowledge the `count` oldest messages of a subscription's backlog (a stream past
+        its x-max-length-bytes). A missing topic or subscription is not an error. Raises
+        PulsarAdminError or BackendUnavailable."""
+        if count > 0:
+            self._subscription_action(topic, subscription, f"skip/{count}")
+
     def _subscription_action(self, topic: TopicName, subscription: str, action: str) -> None:
         path = f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
         try:

@@ -46,6 +46,7 @@ from starlight_py.metadata.zookeeper import (
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import MessagePolicy
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.streams import StreamRetention, is_stream
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import QueueState, TopologyService, expires_after
 
@@ -65,6 +66,9 @@ class CleanerStats:
     queues_deleted: Counter[str] = field(default_factory=Counter)  # by reason
     errors: int = 0
     leader: bool = False
+    # Each stream's size at the last pass (leader only): (vhost, queue) -> (messages, bytes)
+    # its subscriptions keep.
+    stream_sizes: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,6 +130,7 @@ class SubscriptionCleaner:
             self._retired_subscriptions()
             self._unbound_entries()
             self._expired_messages()
+            self._stream_retention()
             self._abandoned_queues()
             self._stale_held_counts()
         except _Budget:
@@ -284,6 +289,54 @@ class SubscriptionCleaner:
                 except (PulsarAdminError, BackendUnavailable) as e:
                     self.stats.errors += 1
                     log.warning("cleaner: expiring messages of queue %r: %s", cached.name, e)
+
+    def _stream_retention(self) -> None:
+        """Streams keep their messages on subscriptions nothing reads: let go of those older
+        than x-max-age (Pulsar's expireMessages) and of the oldest beyond x-max-length-bytes
+        (skip), so that Pulsar's retention can delete them (docs/mapping.md#stream-queues);
+        and note each stream's size for the metrics."""
+        sizes: dict[tuple[str, str], tuple[int, int]] = {}
+        for vhost, cached in self.cache.queues():
+            if not is_stream(cached.arguments):
+                continue
+            namespace = self._namespace(vhost)
+            if namespace is None:
+                continue
+            retention = StreamRetention.of(cached.arguments)
+            sets = [
+                *self.cache.binding_sets_of_queue(vhost, cached.name),
+                *self.cache.draining_sets(vhost, cached.name),
+            ]
+            messages = size = 0
+            for binding_set in sets:
+                topic = naming.TopicName(namespace, binding_set.topic)
+                try:
+                    kept = self._retain(topic, binding_set.subscription, retention)
+                except (PulsarAdminError, BackendUnavailable) as e:
+                    self.stats.errors += 1
+                    log.warning("cleaner: retention of stream %r: %s", cached.name, e)
+                    continue
+                messages, size = messages + kept[0], size + kept[1]
+            sizes[(vhost, cached.name)] = (messages, size)
+        self.stats.stream_sizes = sizes
+
+    def _retain(
+        self, topic: naming.TopicName, subscription: str, retention: StreamRetention | None
+    ) -> tuple[int, int]:
+        """Apply the retention to one subscription; what it keeps then (messages, bytes)."""
+        if retention is not None and retention.max_age_seconds is not None:
+            self.admin.expire_messages(topic, subscription, retention.max_age_seconds)
+            self.stats.expiry_sweeps += 1
+        stats = self.admin.subscription_stats(topic, with_bytes=True).get(subscription)
+        if stats is None:
+            return (0, 0)
+        over = retention.messages_over(stats.backlog, stats.backlog_bytes) if retention else 0
+        if over:
+            self.admin.skip_messages(topic, subscription, over)
+            self._spend()
+            kept = stats.backlog - over
+            return (kept, stats.backlog_bytes * kept // max(1, stats.backlog))
+        return (stats.backlog, stats.backlog_bytes)
 
     def _stale_held_counts(self) -> None:
         """The folders of unacked counts (gateway/held_messages.py) of queues that no longer

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +28,7 @@ import trio
 
 from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
+from starlight_py.backend.stream_reader import StreamReaderHandle
 from starlight_py.core.commands import (
     AckMessages,
     Command,
@@ -38,6 +39,7 @@ from starlight_py.core.commands import (
     RejectMessages,
     RequeueMessages,
     ResumeReading,
+    Unacked,
 )
 from starlight_py.core.consumer import Consumer, Deliverable
 from starlight_py.gateway.bridge import Batcher
@@ -52,12 +54,18 @@ from starlight_py.gateway.single_active import (
     leave_line,
     wait_for_turn,
 )
+from starlight_py.gateway.stream_consuming import (
+    open_stream_handle,
+    stream_start_of,
+    with_offset_header,
+)
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
 from starlight_py.model.routing import any_binding_routes
+from starlight_py.model.streams import StreamStart, offset_of, settle_refused
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import EXCLUSIVE_MARK, TopologyService
 
@@ -85,6 +93,11 @@ class ConsumerLink:
     # its turn (it reads nothing until it is first).
     place: str | None = None
     waiting: bool = False
+    # A stream queue's consumer: where it starts (it reads through readers of its own).
+    stream: StreamStart | None = None
+    # A stream's first retained offset on each subscription's topic (docs/mapping.md).
+    floors: dict[str, int] = field(default_factory=dict)
+    opening: set[str] = field(default_factory=set)  # subscriptions being subscribed to
 
     @property
     def registry_name(self) -> str:
@@ -144,14 +157,19 @@ class Consumers:
         no_ack: bool,
         exclusive: bool,
         nowait: bool,
+        arguments: Mapping[str, Any] | None = None,
     ) -> None:
         """Raises NotFound, ResourceLocked, NotAllowed (tag reused), AccessRefused
-        (exclusive use)."""
+        (exclusive use); for a stream queue PreconditionFailed (no prefetch, a bad
+        x-stream-offset) and NotImplementedMethod (no_ack)."""
         channel = session.core
         channel.check_tag_free(tag)
         record, sets = await self.sources.to_consume(queue)
+        start = stream_start_of(
+            record, self.ctx.vhost, channel.prefetch_consumer, no_ack, arguments
+        )
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
-        link = ConsumerLink(session, tag, queue, exclusive, record)
+        link = ConsumerLink(session, tag, queue, exclusive, record, stream=start)
         link.core = channel.add_consumer(tag, queue, no_ack, exclusive, link)
         link.batcher = Batcher(self._token, lambda batches: self._on_messages(link, batches))
         self.links.add(link)
@@ -211,8 +229,19 @@ class Consumers:
     async def subscribe(
         self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None = None
     ) -> None:
-        if binding_set.subscription in link.handles or link.core is None:
+        subscription = binding_set.subscription
+        if subscription in link.handles or subscription in link.opening or link.core is None:
             return
+        # follow_bindings may ask again while this one waits for Pulsar: a second consumer
+        # would leak (a stream's would deliver everything twice).
+        link.opening.add(subscription)
+        try:
+            await self._open(link, binding_set, backlog)
+        finally:
+            link.opening.discard(subscription)
+
+    async def _open(self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None) -> None:
+        assert link.core is not None
         topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
         name = f"{self.prefix}/{link.registry_name}"
         size = link.core.prefetch or UNLIMITED_RECEIVER_QUEUE
@@ -223,14 +252,29 @@ class Consumers:
         link.known_sets[binding_set.topic] = binding_set
         band = link.ranks[binding_set.subscription] = rank(binding_set)
         link.session.core.reads_band(link.core, band, backlog)
-        handle = await trio.to_thread.run_sync(
-            self.backend.subscribe,
-            topic,
-            binding_set.subscription,
-            name,
-            min(size, UNLIMITED_RECEIVER_QUEUE),
-            lambda h, batch: batcher.put((h, batch)),
-        )
+        if link.stream is not None:
+            # A binding made after the consumer started is read from then on (next).
+            start = StreamStart("next") if link.core.started else link.stream
+            handle: ConsumerHandle = await open_stream_handle(
+                self.backend,
+                self.topology.admin,
+                topic,
+                binding_set.subscription,
+                start,
+                name,
+                min(size, UNLIMITED_RECEIVER_QUEUE),
+                lambda h, batch: batcher.put((h, batch)),
+                link.floors,
+            )
+        else:
+            handle = await trio.to_thread.run_sync(
+                self.backend.subscribe,
+                topic,
+                binding_set.subscription,
+                name,
+                min(size, UNLIMITED_RECEIVER_QUEUE),
+                lambda h, batch: batcher.put((h, batch)),
+            )
         link.handles[binding_set.subscription] = handle
         if link.core.reading.get(band if link.core.ranks else None) is False:
             handle.pause()  # the core has it paused already
@@ -384,6 +428,8 @@ class Consumers:
     def vet(self, consumer: Consumer, message: ReceivedMessage) -> Deliverable | None:
         """The core asks at delivery: is this message still the queue's to deliver?"""
         link: ConsumerLink = consumer.link
+        if link.stream is not None:
+            return self._vet_stream(link, message)
         decoded = self._route(link.queue, link.known_sets, message)
         if decoded is None:
             message.handle.acknowledge(message)  # not for this queue (another binding's)
@@ -398,6 +444,28 @@ class Consumers:
             decoded.raw_properties,
             decoded.body,
             self._redelivered(message),
+            link.record,
+        )
+
+    def _vet_stream(self, link: ConsumerLink, message: ReceivedMessage) -> Deliverable | None:
+        """A stream's message: delivered with its offset when it is at or after the
+        consumer's start and one of the stream's bindings routes it; nothing is settled."""
+        start = link.stream
+        assert start is not None
+        offset = offset_of(message.position)
+        if offset < link.floors.get(message.handle.subscription, 0):
+            return None  # past the stream's retention
+        if not start.admits(offset, message.publish_time_ms):
+            return None
+        decoded = self._route(link.queue, link.known_sets, message)
+        if decoded is None:
+            return None
+        return Deliverable(
+            decoded.exchange,
+            decoded.routing_key,
+            with_offset_header(decoded, offset),
+            decoded.body,
+            False,
             link.record,
         )
 
@@ -457,6 +525,7 @@ class Consumers:
         self.getters.settled(session, command.sources)
 
     def _requeue(self, session: ChannelSession, command: RequeueMessages) -> None:
+        self._refuse_stream_settle(command.deliveries)
         for item in command.deliveries:
             message: ReceivedMessage = item.source
             handle = message.handle
@@ -466,7 +535,15 @@ class Consumers:
             handle.negative_acknowledge(message)
         self.getters.settled(session, [item.source for item in command.deliveries])
 
+    def _refuse_stream_settle(self, deliveries: list[Unacked]) -> None:
+        """basic.nack and basic.reject of a stream's delivery close the connection (540),
+        as RabbitMQ."""
+        for item in deliveries:
+            if isinstance(item.source.handle, StreamReaderHandle):
+                raise settle_refused(item.queue.name, self.ctx.vhost, (60, 120))
+
     def _reject(self, session: ChannelSession, command: RejectMessages) -> None:
+        self._refuse_stream_settle(command.deliveries)
         for item in command.deliveries:
             message: ReceivedMessage = item.source
             self.dead_letters.dead_letter(

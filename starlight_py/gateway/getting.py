@@ -16,6 +16,7 @@ from starlight_py.model import naming
 from starlight_py.model.counts import ready_messages
 from starlight_py.model.priorities import PRIORITY_BAND_TYPE
 from starlight_py.model.queue_limits import MAX_LENGTH
+from starlight_py.model.streams import get_refused, is_stream
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import expires_after
 
@@ -72,6 +73,8 @@ class Getters:
             self.consumers.ctx.owner,
             (60, 70),
         )
+        if is_stream(record.arguments):
+            raise get_refused(queue, self.consumers.ctx.vhost)
         if expires_after(record) is not None:
             await trio.to_thread.run_sync(
                 self.consumers.topology.touch_queue, self.consumers.ctx.vhost, queue, True

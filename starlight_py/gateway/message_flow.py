@@ -145,6 +145,7 @@ class MessageFlow:
             bool(method.no_ack),
             bool(method.exclusive),
             bool(method.nowait),
+            method.arguments,
         )
 
     async def _cancel(self, session: ChannelSession, method: commands.Basic.Cancel) -> None:

@@ -20,6 +20,7 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import ExchangeBinding
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.permissions import Access
+from starlight_py.model.streams import is_stream, server_named_refused
 from starlight_py.model.topology import (
     DEFAULT_EXCHANGE,
     Exchange,
@@ -182,6 +183,8 @@ class TopologyMethods:
         if passive:
             name = self._queue_name(ctx, session, name, (50, 10))
         elif not name:
+            if is_stream(arguments):
+                raise server_named_refused()
             name = server_named_queue()
         else:
             check_queue_name_declarable(name)

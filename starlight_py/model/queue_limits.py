@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from starlight_py.model.streams import is_stream
+
 DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
 REJECT_PUBLISH_DLX = "reject-publish-dlx"
@@ -50,7 +52,10 @@ class LengthLimit:
 
     @classmethod
     def of(cls, arguments: Mapping[str, Any]) -> LengthLimit | None:
-        """The limit of validated queue arguments; None for a queue without one."""
+        """The limit of validated queue arguments; None for a queue without one (a stream's
+        x-max-length-bytes is its retention, not a limit on ready messages)."""
+        if is_stream(arguments):
+            return None
         max_length = _limit(arguments.get("x-max-length"))
         max_bytes = _limit(arguments.get("x-max-length-bytes"))
         if max_length is None and max_bytes is None:

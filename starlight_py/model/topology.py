@@ -19,6 +19,11 @@ from starlight_py.amqp.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
+from starlight_py.model.streams import (
+    check_stream_declare,
+    duration_seconds,
+    is_stream,
+)
 
 FieldTable = dict[str, Any]
 
@@ -353,6 +358,13 @@ def _max_priority(value: Any) -> str | None:
     return problem
 
 
+def _max_age(value: Any) -> str | None:
+    if not isinstance(value, str | bytes):
+        return _unacceptable_type(value)
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return None if duration_seconds(text) is not None else "invalid_max_age"
+
+
 def _one_of(reason: str, *allowed: str) -> Callable[[Any], str | None]:
     """`reason` is the text for a value not allowed; `{}` in it stands for the value."""
 
@@ -375,7 +387,9 @@ QUEUE_ARGUMENTS: dict[str, Callable[[Any], str | None]] = {
     "x-max-priority": _max_priority,
     "x-overflow": _one_of("invalid_overflow", "drop-head", "reject-publish", "reject-publish-dlx"),
     "x-queue-mode": _one_of("\"unsupported queue mode '{}'\"", "default", "lazy"),
-    "x-queue-type": _one_of("\"unsupported queue type '{}'\"", "classic", "quorum"),
+    "x-queue-type": _one_of("\"unsupported queue type '{}'\"", "classic", "quorum", "stream"),
+    "x-max-age": _max_age,
+    "x-stream-max-segment-size-bytes": _integer,
     "x-single-active-consumer": _boolean,
     "x-delivery-limit": _integer,
 }
@@ -406,6 +420,22 @@ def validate_queue_arguments(name: str, vhost: str, arguments: Mapping[str, Any]
             raise PreconditionFailed(
                 f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {problem}", (50, 10)
             )
+
+
+def validate_queue(queue: Queue, vhost: str) -> None:
+    """Every check RabbitMQ makes of a declared queue: its arguments one by one, then what
+    its type refuses (a stream's other arguments and properties). Raises
+    PreconditionFailed."""
+    validate_queue_arguments(queue.name, vhost, queue.arguments)
+    if is_stream(queue.arguments):
+        check_stream_declare(
+            queue.name,
+            vhost,
+            queue.durable,
+            queue.exclusive,
+            queue.auto_delete,
+            queue.arguments,
+        )
 
 
 HEADERS_MATCH_VALUES = ("all", "any", "all-with-x", "any-with-x")

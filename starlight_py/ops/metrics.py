@@ -97,6 +97,24 @@ class _LiveState(Collector):
         yield CounterMetricFamily(
             "starlight_cleaner_errors", "Failed cleaner steps.", value=stats.errors
         )
+        if not stats.leader:
+            return
+        messages = GaugeMetricFamily(
+            "starlight_stream_messages",
+            "Messages a stream queue keeps (the SubscriptionCleaner's leader, at its last pass).",
+            labels=["vhost", "queue"],
+        )
+        size = GaugeMetricFamily(
+            "starlight_stream_bytes",
+            "Stored bytes a stream queue keeps (the SubscriptionCleaner's leader, at its last "
+            "pass).",
+            labels=["vhost", "queue"],
+        )
+        for (vhost, queue), (count, stored) in sorted(stats.stream_sizes.items()):
+            messages.add_metric([vhost, queue], count)
+            size.add_metric([vhost, queue], stored)
+        yield messages
+        yield size
 
 
 class _GlobalTotals(Collector):

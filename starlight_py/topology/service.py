@@ -58,6 +58,7 @@ from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.priorities import PRIORITY_BAND_TYPE, band_count, max_priority_of
 from starlight_py.model.queue_limits import QueueDepth
 from starlight_py.model.routing import binding_matches
+from starlight_py.model.streams import is_stream, purge_refused
 from starlight_py.model.topology import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -67,6 +68,7 @@ from starlight_py.model.topology import (
     queue_locked,
     validate_binding_arguments,
     validate_exchange,
+    validate_queue,
     validate_queue_arguments,
 )
 from starlight_py.topology.errors import TopologyConflict
@@ -359,7 +361,7 @@ class TopologyService:
         found = self.get_queue(vhost, wanted.name)
         if found is None and not passive:
             # RabbitMQ validates arguments when it creates; a redeclaration is compared first.
-            validate_queue_arguments(wanted.name, vhost, wanted.arguments)
+            validate_queue(wanted, vhost)
             created = self._create_queue(vhost, namespace, wanted)
             if created:
                 return QueueCounts(0, 0)
@@ -492,8 +494,14 @@ class TopologyService:
         before consume-ok and removes it before cancel-ok, while a Pulsar consumer stays
         open after a cancel as long as the channel holds messages it delivered (and
         basic.get uses Pulsar consumers too)."""
+        consumers = self.consumer_count(vhost, name)
+        found = self.get_queue(vhost, name)
+        if found is not None and is_stream(found[0].arguments):
+            # RabbitMQ 3.10 counts no messages in a stream's declare-ok; its size is in
+            # `queue_depth` (starlight-admin, metrics).
+            return QueueCounts(0, consumers)
         depth, _ = self.queue_depth(vhost, namespace, name, False)
-        return QueueCounts(depth.messages, self.consumer_count(vhost, name))
+        return QueueCounts(depth.messages, consumers)
 
     def consumer_count(self, vhost: str, name: str) -> int:
         """The queue's AMQP consumers on every proxy (their ZooKeeper registrations)."""
@@ -814,6 +822,8 @@ class TopologyService:
         for one drained. Raises NotFound, ResourceLocked."""
         queue = self._require_queue(vhost, name, (50, 30))
         self._check_owner(vhost, queue, owner, (50, 30))
+        if is_stream(queue.arguments):
+            raise purge_refused(name, vhost)
         purged = 0
         for binding_set, _ in self.binding_sets(vhost, name):
             topic = naming.TopicName(namespace, binding_set.topic)

@@ -256,6 +256,43 @@ def test_batch_job_reads_every_topic_of_a_direct_exchange(
     connection.close()
 
 
+def test_batch_job_reads_a_stream_queue(
+    proxy: ProxyThread, services: ServiceEndpoints, spark: SparkSession, tmp_path: Path
+) -> None:
+    # A stream is stored like a queue (docs/mapping.md#stream-queues): the job reads its
+    # topics, and what stream consumers read and acknowledged is still there.
+    stream = f"spark-stream-{uuid.uuid4().hex[:8]}"
+    exchange = f"spark-fanout-{uuid.uuid4().hex[:8]}"
+    connection, channel = open_channel(proxy)
+    channel.exchange_declare(exchange, "fanout")
+    channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    channel.queue_bind(stream, exchange)
+    for i in range(3):
+        channel.basic_publish(
+            "", stream, f"s{i}".encode(), pika.BasicProperties(message_id=f"s{i}")
+        )
+    channel.basic_publish(exchange, "k", b"x", pika.BasicProperties(message_id="x"))
+    reader = connection.channel()
+    reader.basic_qos(prefetch_count=10)
+    seen: list[bytes] = []
+
+    def on_message(ch: BlockingChannel, method: Any, props: Any, body: bytes) -> None:
+        seen.append(body)
+        ch.basic_ack(method.delivery_tag)
+
+    reader.basic_consume(stream, on_message, arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + 10
+    while len(seen) < 4 and time.monotonic() < deadline:
+        connection.process_data_events(0.1)
+    assert sorted(seen) == [b"s0", b"s1", b"s2", b"x"]
+
+    output = tmp_path / "stream.parquet"
+    assert batch_main([*job_settings(services), "--queue", stream, "--output", str(output)]) == 0
+    assert sorted(r.message_id for r in read_output(spark, output)) == ["s0", "s1", "s2", "x"]
+    channel.queue_delete(stream)
+    connection.close()
+
+
 def test_batch_job_reports_an_unknown_exchange(
     proxy: ProxyThread,
     services: ServiceEndpoints,

@@ -348,6 +348,10 @@ VALID_ARGUMENTS: list[dict[str, Any]] = [
     {"x-queue-mode": "lazy"},
     {"x-queue-type": "classic"},
     {"x-queue-type": "quorum"},
+    {"x-queue-type": "stream"},
+    {"x-max-age": "7D"},
+    {"x-max-age": b"1h"},
+    {"x-stream-max-segment-size-bytes": 500_000},
     {"x-single-active-consumer": True},
     {"x-single-active-consumer": False},
     {"x-delivery-limit": 0},
@@ -447,6 +451,12 @@ INVALID_ARGUMENTS: list[tuple[dict[str, Any], str]] = [
     ({"x-queue-mode": "bogus"}, invalid_arg("x-queue-mode", "\"unsupported queue mode 'bogus'\"")),
     ({"x-queue-mode": 5}, invalid_arg("x-queue-mode", "{unacceptable_type,signedint}")),
     ({"x-queue-type": "bogus"}, invalid_arg("x-queue-type", "\"unsupported queue type 'bogus'\"")),
+    ({"x-max-age": "7X"}, invalid_arg("x-max-age", "invalid_max_age")),
+    ({"x-max-age": 5}, invalid_arg("x-max-age", "{unacceptable_type,signedint}")),
+    (
+        {"x-stream-max-segment-size-bytes": "x"},
+        invalid_arg("x-stream-max-segment-size-bytes", '"expected integer, got longstr"'),
+    ),
     ({"x-queue-type": 5}, invalid_arg("x-queue-type", "{unacceptable_type,signedint}")),
     (
         {"x-single-active-consumer": 5},
