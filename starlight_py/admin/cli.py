@@ -19,6 +19,7 @@ from typing import NoReturn
 from starlight_py import __version__
 from starlight_py.admin import (
     cluster_commands,
+    connection_commands,
     definitions_commands,
     permission_commands,
     token_commands,
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         permission_commands,
         token_commands,
         cluster_commands,
+        connection_commands,
         definitions_commands,
     ):
         module.register(commands)

@@ -110,7 +110,11 @@ def test_rabbitmq_export_imports_idempotently_and_routes_as_on_rabbitmq(
         )
     for vhost, queues in ROUTES["routes"].items():
         for queue, bodies in queues.items():
-            assert collect(channels[vhost], queue, len(bodies)) == bodies, (vhost, queue)
+            # Which messages, not their order: a queue bound with two routing keys of a
+            # direct exchange reads two topics, whose messages basic.get takes one topic
+            # after the other (docs/compatibility.md#message-order).
+            got = collect(channels[vhost], queue, len(bodies))
+            assert sorted(got) == sorted(bodies), (vhost, queue)
     for channel in channels.values():
         channel.connection.close()
 
