@@ -33,16 +33,15 @@ class QueueSources:
 
     async def to_consume(self, queue: str) -> tuple[Queue, list[BindingSet]]:
         """The queue (usable by this connection: NotFound, ResourceLocked) and the binding
-        sets to read, from the topology cache when it has them all (no ZooKeeper round trip
-        before the first delivery), else from ZooKeeper. Registering the consumer then
-        confirms in ZooKeeper that the queue is still there."""
+        sets to read, its own from the topology cache when it has them all (no ZooKeeper
+        round trip for them), else from ZooKeeper. Registering the consumer then confirms
+        in ZooKeeper that the queue is still there."""
         vhost = self.ctx.vhost
         cached = self.cache.queue(vhost, queue)
         if cached is not None:
-            sets = self.cached_sets(cached)
-            if sets is not None:
-                self.topology.check_usable(vhost, cached, self.ctx.owner, (60, 20))
-                return cached, sets
+            sets = await self.binding_sets_of(cached)
+            self.topology.check_usable(vhost, cached, self.ctx.owner, (60, 20))
+            return cached, sets
         record = await trio.to_thread.run_sync(
             self.topology.usable_queue, vhost, queue, self.ctx.owner, (60, 20)
         )
@@ -50,21 +49,30 @@ class QueueSources:
         return record, [s for s, _ in found]
 
     def cached_sets(self, queue: Queue) -> list[BindingSet] | None:
-        """The queue's binding sets (and retired ones draining into it) from the topology
-        cache, None unless it has at least those the queue was declared with."""
+        """The queue's own binding sets from the topology cache, None unless it has at
+        least those the queue was declared with."""
         sets = self.cache.binding_sets_of_queue(self.ctx.vhost, queue.name)
         if not sets or len(sets) < expected_set_count(queue):
             return None
-        return sets + self.cache.draining_sets(self.ctx.vhost, queue.name)
+        return sets
 
     async def binding_sets_of(self, queue: Queue) -> list[BindingSet]:
-        """The binding sets to read `queue` from: the cache's, else ZooKeeper's."""
-        cached = self.cached_sets(queue)
-        if cached is not None:
-            return cached
+        """The binding sets to read `queue` from: its own (the cache's, else ZooKeeper's)
+        and the retired ones still draining into it, always from ZooKeeper: an unbind a
+        moment ago may not be in the cache yet, and its messages must not be left behind."""
         vhost = self.ctx.vhost
-        found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue.name)
-        return [s for s, _ in found]
+        cached = self.cached_sets(queue)
+        if cached is None:
+            found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue.name)
+            return [s for s, _ in found]
+        draining = await trio.to_thread.run_sync(self.topology.draining, vhost, queue.name)
+        known = {s.subscription for s in cached}
+        extra = [
+            record.binding_set
+            for record, _ in draining
+            if record.binding_set is not None and record.binding_set.subscription not in known
+        ]
+        return cached + extra
 
     async def subscription_stats(self, sets: list[BindingSet]) -> dict[str, SubscriptionStats]:
         """Pulsar's stats of each set's subscription (asked at once), by subscription."""
