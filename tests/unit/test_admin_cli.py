@@ -51,7 +51,8 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     commands = all_commands()
     assert ["vhost", "create"] in commands
     assert ["definitions", "import"] in commands
-    assert len(commands) == 23
+    assert ["connection", "close"] in commands and ["health"] in commands
+    assert len(commands) == 28
     for path in commands:
         code, out, _ = run(capsys, *path, "--help")
         assert code == 0
