@@ -114,6 +114,9 @@ class Suite:
     env: Callable[[Broker], dict[str, str]] = lambda _broker: {}
     docker_free: bool = False  # append docker_free_conftest.py to tests/conftest.py
     known_needs: tuple[tuple[str, str], ...] = ()
+    # pytest arguments that leave out tests needing what no AMQP URL gives, with the reason;
+    # they would only fail (slowly: TLS connects retry) against any broker given by URL.
+    not_run: tuple[tuple[tuple[str, ...], str], ...] = ()
 
     def need_of(self, test_id: str) -> str:
         for pattern, need in self.known_needs:
@@ -283,14 +286,21 @@ def run_pytest_suite(suite: Suite, broker: Broker, timeout: int) -> SuiteResult:
         "-p",
         "no:cacheprovider",
         "-q",
+        *(arg for args, _need in suite.not_run for arg in args),
         *suite.test_paths,
     ]
+    if suite.not_run:
+        result.note = "not run: " + "; ".join(
+            f"{' '.join(args)} ({need})" for args, need in suite.not_run
+        )
     finished = run_with_timeout(
         command, source, env, timeout, CACHE / "results" / f"{suite.name}.log"
     )
     if not finished:
         result.status = "timeout"
-        result.note = f"stopped after {timeout} s; counts are of the tests finished by then"
+        result.note = f"stopped after {timeout} s; counts are of the tests finished by then. " + (
+            result.note
+        )
     if outcomes.exists():
         for line in outcomes.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
@@ -373,6 +383,7 @@ SUITES = (
         test_deps=("pytest", "aiomisc-pytest>=2,<3", "yarl"),
         docker_free=True,
         known_needs=((r"amqps|ssl", TLS),),
+        not_run=((("-k", "not amqps and not ssl"), TLS),),
     ),
     Suite(
         name="aio-pika",
@@ -390,6 +401,10 @@ SUITES = (
         ),
         docker_free=True,
         known_needs=((r"test_amqps\.py", TLS), (r"test_robust_recovery\.py", DOCKER)),
+        not_run=(
+            (("--ignore=tests/test_amqps.py",), TLS),
+            (("--ignore=tests/test_robust_recovery.py",), DOCKER),
+        ),
     ),
     Suite(
         name="pika",
@@ -416,6 +431,7 @@ SUITES = (
         test_deps=("pytest", "pytest-rerunfailures"),
         env=rabbitmq_env,
         known_needs=((r"tls|ssl", TLS),),
+        not_run=((("-k", "not tls"), TLS),),
     ),
 )
 
@@ -472,11 +488,27 @@ def compare(reference_file: Path, candidate_file: Path) -> int:
     return 1 if differences else 0
 
 
+def save(path: Path, url: str, results: Sequence[SuiteResult]) -> None:
+    """Write results to path; suites of an earlier run against the same URL are kept."""
+    saved = {"url": url, "suites": {}}
+    if path.exists():
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        if earlier.get("url") == url:
+            saved = earlier
+    for r in results:
+        saved["suites"][r.suite] = {**dataclasses.asdict(r), "date": time.strftime("%Y-%m-%d")}
+    path.write_text(json.dumps(saved, indent=1, sort_keys=True), encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tests/peers/run.sh", description=__doc__.split("\n")[0])
     parser.add_argument("url", nargs="?", help="amqp://user:password@host:port/vhost")
     parser.add_argument("--suites", help="comma-separated: " + ",".join(s.name for s in SUITES))
-    parser.add_argument("--json", type=Path, help="save the results to this file")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="save the results to this file (suites saved there earlier for the same URL stay)",
+    )
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per suite")
     parser.add_argument(
         "--compare",
@@ -512,18 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{suite.name}: {result.status}, {result.count('passed')} passed")
     print_table(results, broker.url)
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "url": broker.url,
-                    "date": time.strftime("%Y-%m-%d"),
-                    "suites": {r.suite: dataclasses.asdict(r) for r in results},
-                },
-                indent=1,
-                sort_keys=True,
-            ),
-            encoding="utf-8",
-        )
+        save(args.json, broker.url, results)
     failed = any(r.status in ("broken", "timeout") or r.count("failed") for r in results)
     return 1 if failed else 0
 
