@@ -245,6 +245,13 @@ def run_with_timeout(
             return False
 
 
+def results_dir(broker: Broker) -> Path:
+    """Where a run against broker keeps its logs (runs against two brokers may overlap)."""
+    path = CACHE / "results" / f"{broker.host}-{broker.port}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def run_pytest_suite(suite: Suite, broker: Broker, timeout: int) -> SuiteResult:
     result = SuiteResult(suite.name, suite.version)
     source = fetch_sdist(suite.package, suite.version)
@@ -264,8 +271,7 @@ def run_pytest_suite(suite: Suite, broker: Broker, timeout: int) -> SuiteResult:
         if shim not in conftest.read_text(encoding="utf-8"):
             with open(conftest, "a", encoding="utf-8") as out:
                 out.write(shim)
-    outcomes = CACHE / "results" / f"{suite.name}.jsonl"
-    outcomes.parent.mkdir(parents=True, exist_ok=True)
+    outcomes = results_dir(broker) / f"{suite.name}.jsonl"
     outcomes.unlink(missing_ok=True)
     env = {
         "PEERS_OUTCOMES": str(outcomes),
@@ -294,7 +300,7 @@ def run_pytest_suite(suite: Suite, broker: Broker, timeout: int) -> SuiteResult:
             f"{' '.join(args)} ({need})" for args, need in suite.not_run
         )
     finished = run_with_timeout(
-        command, source, env, timeout, CACHE / "results" / f"{suite.name}.log"
+        command, source, env, timeout, results_dir(broker) / f"{suite.name}.log"
     )
     if not finished:
         result.status = "timeout"
@@ -307,15 +313,14 @@ def run_pytest_suite(suite: Suite, broker: Broker, timeout: int) -> SuiteResult:
             result.tests[record["id"]] = record["outcome"]
     if not result.tests and finished:
         result.status = "broken"
-        result.note = f"no test ran; see {CACHE / 'results' / (suite.name + '.log')}"
+        result.note = f"no test ran; see {results_dir(broker) / (suite.name + '.log')}"
     return result
 
 
 def run_go_suite(suite: Suite, broker: Broker, timeout: int) -> SuiteResult:
     result = SuiteResult(suite.name, suite.version)
     source = fetch_go_module(suite.package, suite.version)
-    output = CACHE / "results" / f"{suite.name}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
+    output = results_dir(broker) / f"{suite.name}.json"
     command = [
         "go",
         "test",
