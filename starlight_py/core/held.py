@@ -32,6 +32,16 @@ class HeldCounts:
         if settled_at is not None:
             self.settled.append((settled_at, queue, count))
 
+    def hold(self, queue: str, count: int) -> None:
+        """`count` messages of `queue` are in the proxy's hands without a delivery: dead
+        letters on their way to their dead-letter exchange (not ready, as in RabbitMQ)."""
+        self.counts[queue] = self.counts.get(queue, 0) + count
+
+    def acknowledged(self, queue: str, count: int, at: float) -> None:
+        """`count` messages of `queue` that no delivery held (expired ones the proxy drops
+        itself) were acknowledged at `at` (the core's clock)."""
+        self.settled.append((at, queue, count))
+
     def forget_settled(self, before: float) -> None:
         settled = self.settled
         while settled and settled[0][0] < before:

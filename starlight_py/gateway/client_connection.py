@@ -433,6 +433,7 @@ class ClientConnection:
             services.producers,
             nursery.start_soon,
             services.requeued.returns,
+            held=services.held.of(ctx.vhost) if services.held is not None else None,
         )
         consumers = Consumers(
             ctx,

@@ -37,6 +37,7 @@ from starlight_py.backend.pulsar_client import (
     ProducerHandle,
     ReceivedMessage,
 )
+from starlight_py.core.held import HeldCounts
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.exchange_routing import (
     follows_bindings,
@@ -114,6 +115,7 @@ class DeadLetter:
     message: ReceivedMessage
     queue: Queue
     reason: str
+    counted: bool = False  # held in the source's counts meanwhile (it died undelivered)
 
 
 class DeadLetters:
@@ -128,9 +130,14 @@ class DeadLetters:
         spawn: Callable[..., None],
         returns: Callable[[str, MessageIdRecord], int] = lambda _s, _p: 0,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        held: HeldCounts | None = None,
     ) -> None:
         """`returns(subscription, position)`: how often this proxy requeued a message,
-        which counts towards a delivery limit where Pulsar's redelivery count is lower."""
+        which counts towards a delivery limit where Pulsar's redelivery count is lower.
+        `held`: the vhost's unacked deliveries for exact counts; a message that dies
+        undelivered is held there until its source is acknowledged, and then counts as
+        settled, so the source queue never counts it once its dead letter can be read
+        (Pulsar hears of the acknowledgement up to ~100 ms later)."""
         self.ctx = ctx
         self.cache = cache
         self.topology = topology
@@ -138,6 +145,7 @@ class DeadLetters:
         self.spawn = spawn  # start a task in the connection's nursery
         self.returns = returns
         self.now_ms = now_ms
+        self.held = held
         self._waiting: deque[DeadLetter] = deque()
         self._wakeup = trio.Event()
         self._changed = trio.Event()
@@ -170,7 +178,7 @@ class DeadLetters:
         )
         if reason is None or queue is None:
             return False
-        self.dead_letter(channel, handle, message, queue, reason)
+        self.dead_letter(channel, handle, message, queue, reason, undelivered=True)
         return True
 
     def returned_too_often(
@@ -182,7 +190,7 @@ class DeadLetters:
             policy_of(queue), self._returned(handle, message)
         ):
             return False
-        self.dead_letter(channel, handle, message, queue, DELIVERY_LIMIT)
+        self.dead_letter(channel, handle, message, queue, DELIVERY_LIMIT, undelivered=True)
         return True
 
     def dead_letter(
@@ -192,13 +200,21 @@ class DeadLetters:
         message: ReceivedMessage,
         queue: Queue | None,
         reason: str,
+        undelivered: bool = False,
     ) -> None:
         """Republish the message to its queue's dead-letter exchange, then acknowledge it;
-        without a dead-letter exchange just acknowledge it (dropped, as RabbitMQ does)."""
+        without a dead-letter exchange just acknowledge it (dropped, as RabbitMQ does).
+        `undelivered`: no client holds it (it expired or came back once too often), so the
+        source's counts learn of it here rather than from a channel's ack or reject."""
+        counted = undelivered and queue is not None and self.held is not None
         if queue is None or policy_of(queue).dead_letter_exchange is None:
             handle.acknowledge(message)
+            if counted and queue is not None and self.held is not None:
+                self.held.acknowledged(queue.name, 1, time.monotonic())
             return
-        self._waiting.append(DeadLetter(channel, handle, message, queue, reason))
+        if counted and self.held is not None:
+            self.held.hold(queue.name, 1)
+        self._waiting.append(DeadLetter(channel, handle, message, queue, reason, counted))
         self._unsettled[channel] += 1
         self._holding[id(handle)] += 1
         self._wakeup.set()
@@ -452,6 +468,8 @@ class DeadLetters:
             item.handle.negative_acknowledge(item.message)
         else:
             item.handle.acknowledge(item.message)
+        if item.counted and self.held is not None:
+            self.held.release(item.queue.name, 1, None if requeue else time.monotonic())
         self._unsettled[item.channel] -= 1
         if self._unsettled[item.channel] <= 0:
             del self._unsettled[item.channel]

@@ -34,6 +34,7 @@ import trio
 
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.backend.pulsar_client import BackendError, PulsarBackend
+from starlight_py.core.held import HeldCounts
 from starlight_py.gateway.consuming import Consumers
 from starlight_py.gateway.dead_lettering import EXPIRATION_KEY, DeadLetters
 from starlight_py.gateway.producer_pool import ProducerPool
@@ -85,6 +86,8 @@ class ExpiryReaper:
         # Blocking: whether this proxy leads the cleaners (None: cannot tell right now).
         leading: Callable[[], bool | None],
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        # A vhost's unacked deliveries, where messages dying here are held meanwhile.
+        held_of: Callable[[str], HeldCounts | None] = lambda _vhost: None,
     ) -> None:
         self.cache = cache
         self.topology = topology
@@ -94,6 +97,7 @@ class ExpiryReaper:
         self.proxy_id = proxy_id
         self.leading = leading
         self.now_ms = now_ms
+        self.held_of = held_of
         self.expired = 0  # messages that died here (metrics, tests)
         self._watches: dict[tuple[str, str], _Watch] = {}
         self._readers: dict[str, Consumers] = {}  # by vhost
@@ -257,6 +261,7 @@ class ExpiryReaper:
                 self._nursery.start_soon,
                 self.requeued.returns,
                 self.now_ms,
+                self.held_of(vhost),
             )
             reader = Consumers(
                 ctx,

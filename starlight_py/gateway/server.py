@@ -144,6 +144,7 @@ class ProxyServices:
                     cleaner is not None
                     and cleaner.election.leader_identity() == cleaner.election.identity
                 ),
+                held_of=self.held.of,
             )
 
     def topology_changed(self) -> None:

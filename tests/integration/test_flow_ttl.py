@@ -329,3 +329,29 @@ def test_wait_queue_messages_expire_through_a_proxy_restart(
         channel.queue_delete(work_queue)
     finally:
         connection.close()
+
+
+def test_source_queue_is_empty_as_soon_as_its_dead_letter_arrives(
+    connection: BlockingConnection, created: Created
+) -> None:
+    """The moment a consumer of the dead-letter queue has the expired message, the source
+    queue counts 0 and `queue.delete(if_empty)` deletes it (aio-pika's test_expiration
+    does exactly this). On the proxy the source's acknowledgement reaches Pulsar up to
+    100 ms after the dead letter is stored, so the count must leave it out meanwhile."""
+    channel = confirming_channel(connection)
+    got: list[bytes] = []
+    for attempt in range(3):
+        queue, dlq = declare(channel, created, True, **{"x-message-ttl": 10_000})
+        assert dlq is not None
+        got.clear()
+        tag = channel.basic_consume(
+            dlq, lambda _ch, _method, _props, body: got.append(body), auto_ack=True
+        )
+        channel.basic_publish(
+            "", queue, f"m{attempt}".encode(), pika.BasicProperties(expiration=str(TTL_MS))
+        )
+        pump([connection], lambda: bool(got), timeout=ARRIVAL, settle=0)
+        assert got == [f"m{attempt}".encode()]
+        assert channel.queue_declare(queue, passive=True).method.message_count == 0
+        channel.queue_delete(queue, if_empty=True)
+        channel.basic_cancel(tag)

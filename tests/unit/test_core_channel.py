@@ -657,6 +657,19 @@ def test_held_counts_follow_deliveries_acks_and_requeues() -> None:
     assert not held.settled
 
 
+def test_dead_letters_on_their_way_are_held_then_settled() -> None:
+    held = HeldCounts()
+    held.counts["q"] = 2  # deliveries of the queue unacked on channels
+    held.hold("q", 1)  # an expired message being dead-lettered
+    assert held.counts == {"q": 3}
+    held.release("q", 1, 10.0)  # its source acknowledged once the dead letter is stored
+    assert held.counts == {"q": 2}
+    held.acknowledged("q", 1, 10.0)  # an expired message dropped (no dead-letter exchange)
+    assert held.settled_since("q", 10.0) == 2
+    held.forget_settled(10.5)
+    assert held.settled_since("q", 10.0) == 0
+
+
 def test_held_counts_include_gets_and_end_with_the_channel() -> None:
     held = HeldCounts()
     held.counts["q"] = 5  # another channel of the vhost holds five
