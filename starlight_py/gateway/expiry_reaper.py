@@ -139,6 +139,9 @@ class ExpiryReaper:
                 for watch in list(self._watches.values()):
                     if not watch.busy and watch.due <= now:
                         watch.busy = True
+                        # Here, not when the look starts: a hint that comes before then
+                        # must lower it, not be overwritten.
+                        watch.due = float("inf")
                         nursery.start_soon(self._look, watch)
                 waiting = [w.due for w in self._watches.values() if not w.busy]
                 # A queue declared meanwhile is seen within TICK.
@@ -175,7 +178,7 @@ class ExpiryReaper:
                 self._watches[key] = _Watch(key[0], key[1], now)
 
     async def _look(self, watch: _Watch) -> None:
-        watch.due = float("inf")  # a hint that comes during the look lowers it
+        # `due` is inf from when the look was scheduled: a hint meanwhile lowers it.
         try:
             async with self._limiter:
                 wait = await self._look_at(watch.vhost, watch.queue)
