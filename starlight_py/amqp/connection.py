@@ -432,9 +432,19 @@ class AMQPConnection:
     ) -> None:
         if not isinstance(frame, framing.MethodFrame):
             return
-        if frame.method.name == "Channel.Close":
+        name = frame.method.name
+        if name == "Channel.Close":
+            # The client's close crossed ours: answer it, and the channel goes with the
+            # client's close-ok of ours, which follows (as RabbitMQ: a close-ok then is no
+            # stray frame on a closed channel).
             self._send(number, commands.Channel.CloseOk())
-        elif frame.method.name != "Channel.CloseOk":
+            return
+        if name == "Channel.Open":
+            # Still open as far as this side knows (RabbitMQ's 504).
+            raise ChannelStateError(
+                f"second 'channel.open' seen on channel {number}", _ids_of(frame)
+            )
+        if name != "Channel.CloseOk":
             return
         del self._channels[number]
         events.append(ev.ChannelClosed(number))

@@ -176,3 +176,40 @@ def test_no_startup_warning_when_pulsar_answers(
     with caplog.at_level(logging.ERROR, logger="starlight.server"):
         start_proxy()
     assert not [r for r in caplog.records if "unreachable at startup" in r.getMessage()]
+
+
+def test_crossing_channel_closes_end_with_the_clients_close_ok(broker: Broker) -> None:
+    # The server closes channel 3 (404) while the client closes it too: both answer the
+    # other's close, and the client's close-ok that follows is no stray frame; until it
+    # came, the channel was still open (a channel.open on it is 504). aio-pika's robust
+    # recovery probe does this.
+    client = broker.raw()
+    try:
+        client.handshake()
+        client.open_channel(3)
+        client.send_method(3, commands.Queue.Declare(queue="no-such-queue-x", passive=True))
+        bye = commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        client.send_method(3, bye)
+        replies = [client.read_method()[1] for _ in range(2)]
+        assert [type(r).__name__ for r in replies] == ["Close", "CloseOk"]
+        assert replies[0].reply_code == 404
+        client.send_method(3, commands.Channel.CloseOk())
+        assert isinstance(client.open_channel(4), commands.Channel.OpenOk)
+        assert isinstance(client.open_channel(3), commands.Channel.OpenOk)
+    finally:
+        client.close()
+
+
+def test_channel_open_on_a_channel_the_server_is_closing_is_504(broker: Broker) -> None:
+    client = broker.raw()
+    try:
+        client.handshake()
+        client.open_channel(3)
+        client.send_method(3, commands.Queue.Declare(queue="no-such-queue-x", passive=True))
+        assert isinstance(client.read_method()[1], commands.Channel.Close)
+        client.send_method(3, commands.Channel.Open())
+        close = client.expect_connection_close()
+        assert close.reply_code == 504
+        assert close.reply_text.startswith("CHANNEL_ERROR - second 'channel.open' seen")
+    finally:
+        client.close()

@@ -599,6 +599,34 @@ def test_second_channel_open_on_an_open_channel_is_504() -> None:
     ]
 
 
+def test_channel_open_while_the_server_closes_it_is_504() -> None:
+    # RabbitMQ 3.10: the channel is still open until the client's close-ok.
+    conn = open_connection()
+    open_channels(conn, 1)
+    conn.fail(NotFound("no queue 'q' in vhost '/'", (50, 10)), 1)
+    sent(conn)
+    events = conn.receive_data(marshal(1, commands.Channel.Open()))
+    assert error_types(events) == [ChannelStateError]
+    assert single_close(sent(conn))["reply_text"] == (
+        "CHANNEL_ERROR - second 'channel.open' seen on channel 1"
+    )
+
+
+def test_crossing_channel_closes_end_with_the_clients_close_ok() -> None:
+    # Our close (404) and the client's crossed: we answer its close, and its close-ok of
+    # ours that follows is no stray frame (RabbitMQ 3.10 takes it the same way; aio-pika's
+    # robust recovery probe does this).
+    conn = open_connection()
+    open_channels(conn, 1)
+    conn.fail(NotFound("no queue 'q' in vhost '/'", (50, 10)), 1)
+    sent(conn)
+    close = commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    assert conn.receive_data(marshal(1, close)) == []
+    assert sent(conn) == [m(1, commands.Channel.CloseOk())]
+    assert conn.receive_data(marshal(1, commands.Channel.CloseOk())) == [ev.ChannelClosed(1)]
+    assert conn.receive_data(marshal(1, commands.Channel.Open())) == [ev.ChannelOpened(1)]
+
+
 def test_method_on_a_channel_never_opened_is_504() -> None:
     conn = open_connection()
     open_channels(conn, 1)
@@ -666,12 +694,10 @@ def test_fail_with_a_channel_error_closes_only_that_channel() -> None:
     ]
     assert not conn.channel_is_open(1)
     assert conn.open_channels == [2]
-    # Until the client's close-ok, everything else on channel 1 is discarded silently.
+    # Until the client's close-ok, everything else on channel 1 is discarded silently
+    # (but a channel.open: test_channel_open_while_the_server_closes_it_is_504).
     discarded = (
-        queue_declare(1)
-        + publish_frames(1, b"payload")
-        + marshal(1, commands.Channel.Open())
-        + marshal(1, body.ContentBody(b"stray"))
+        queue_declare(1) + publish_frames(1, b"payload") + marshal(1, body.ContentBody(b"stray"))
     )
     assert conn.receive_data(discarded) == []
     conn.send_method(1, commands.Basic.Ack(delivery_tag=1))
@@ -683,17 +709,6 @@ def test_fail_with_a_channel_error_closes_only_that_channel() -> None:
     assert conn.data_to_send() == b""
     assert conn.is_open
     open_channels(conn, 1)
-
-
-def test_client_close_crossing_our_channel_close_is_confirmed() -> None:
-    conn = open_connection()
-    open_channels(conn, 1)
-    conn.fail(PreconditionFailed("inequivalent arg 'durable'", (50, 10)), 1)
-    conn.data_to_send()
-    close = commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
-    assert conn.receive_data(marshal(1, close)) == [ev.ChannelClosed(1)]
-    assert sent(conn) == [m(1, commands.Channel.CloseOk())]
-    assert conn.open_channels == []
 
 
 def test_fail_on_a_channel_already_closing_sends_nothing_more() -> None:
