@@ -294,18 +294,18 @@ class ConsumerHandle:
         )
         self._reader.start()
 
+    # The reader thread's name as `top` and `perf` show it.
+    _THREAD_NAME = b"starlight-read"
+
     def _read_loop(self, listener: Listener) -> None:
-        _name_native_thread(b"starlight-read")
-        consumer = self._consumer
+        _name_native_thread(self._THREAD_NAME)
         gate = self._gate
         while True:
             gate.wait()
             if self._closed:
                 return
             try:
-                batch = consumer.batch_receive()
-                if not batch:
-                    batch = [consumer.receive()]  # idle: wait without polling
+                batch = self._next_batch()
             except pulsar.AlreadyClosed:
                 return
             except pulsar.PulsarException as e:
@@ -314,7 +314,14 @@ class ConsumerHandle:
                 log.debug("receiving from %s: %s", self.topic, e)
                 time.sleep(0.1)
                 continue
-            listener(self, [ReceivedMessage(raw, self) for raw in batch])
+            if batch:
+                listener(self, [ReceivedMessage(raw, self) for raw in batch])
+
+    def _next_batch(self) -> list[Any]:
+        """Blocking: the next messages from pulsar-client (empty: look again)."""
+        consumer = self._consumer
+        batch: list[Any] = consumer.batch_receive()
+        return batch if batch else [consumer.receive()]  # idle: wait without polling
 
     def receive(self, timeout: float) -> ReceivedMessage | None:
         """Blocking; None when nothing arrived within `timeout` seconds."""

@@ -10,7 +10,6 @@ nothing, because a reader has nothing to acknowledge.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import pulsar
@@ -22,7 +21,6 @@ from starlight_py.backend.pulsar_client import (
     Listener,
     PulsarBackend,
     ReceivedMessage,
-    _name_native_thread,
 )
 from starlight_py.model.naming import TopicName
 from starlight_py.model.streams import StreamStart, position_of
@@ -45,32 +43,20 @@ class StreamReaderHandle(ConsumerHandle):
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
         """Nothing goes back: the reader has moved on, as a RabbitMQ stream consumer."""
 
-    def _read_loop(self, listener: Listener) -> None:
-        _name_native_thread(b"starlight-strm")
+    _THREAD_NAME = b"starlight-strm"
+
+    def _next_batch(self) -> list[Any]:
         reader = self._consumer
-        gate = self._gate
-        while True:
-            gate.wait()
-            if self._closed:
-                return
+        try:
+            batch = [reader.read_next(FIRST_WAIT_MS)]
+        except pulsar.Timeout:
+            return []  # then the loop looks whether it was closed
+        while len(batch) < READ_BATCH:
             try:
-                batch = [reader.read_next(FIRST_WAIT_MS)]
-                while len(batch) < READ_BATCH:
-                    try:
-                        batch.append(reader.read_next(NEXT_WAIT_MS))
-                    except pulsar.Timeout:
-                        break
+                batch.append(reader.read_next(NEXT_WAIT_MS))
             except pulsar.Timeout:
-                continue
-            except pulsar.AlreadyClosed:
-                return
-            except pulsar.PulsarException as e:
-                if self._closed:
-                    return
-                log.debug("reading %s: %s", self.topic, e)
-                time.sleep(0.1)
-                continue
-            listener(self, [ReceivedMessage(raw, self) for raw in batch])
+                break
+        return batch
 
 
 def _start_id(start: StreamStart) -> tuple[Any, bool]:
