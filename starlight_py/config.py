@@ -273,6 +273,17 @@ class StarlightConfig:
             "with connection.blocked until Pulsar catches up.",
         ),
     )
+    producer_send_timeout_ms: int = field(
+        default=120_000,
+        metadata=_key(
+            "pulsarSendTimeoutMillis",
+            "How long a message may wait for Pulsar to store it before its publisher gets a "
+            "basic.nack. While a topic moves between brokers (unload, bundle split, a broker "
+            "that died: its topics move once its metadata session expires, 30 s by default) "
+            "publishes wait; keep this above the brokers' metadataStoreSessionTimeoutMillis "
+            "plus a few seconds. 0 waits forever.",
+        ),
+    )
     producer_batching: bool = field(
         default=False,
         metadata=_key(
@@ -594,6 +605,8 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("amqpMaxNoOfChannels", "must be between 1 and 65535")
     if not 0 <= cfg.heartbeat <= 65535:
         raise ConfigError("amqpHeartbeatDelay", "must be between 0 and 65535 seconds")
+    if cfg.producer_send_timeout_ms < 0:
+        raise ConfigError("pulsarSendTimeoutMillis", "must be 0 (no limit) or positive")
     if cfg.producer_max_pending < 1:
         raise ConfigError("pulsarProducerMaxPendingMessages", "must be positive")
     if cfg.max_message_size < 1:

@@ -1,6 +1,6 @@
 """Run a local starlight cluster: ZooKeeper, Pulsar, N proxies and HAProxy in front.
 
-    python deploy/local/cluster.py up --proxies 3 [--port 5672] [--dir DIR]
+    python deploy/local/cluster.py up --proxies 3 [--brokers 2 --bookies 3] [--port N] [--dir D]
 
 Prints every address, runs until Ctrl-C or SIGTERM, then stops everything. The logic lives
 in starlight_py/local/cluster.py; this is only its command line.
@@ -65,6 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("data/cluster"),
         help="data and logs of every part (default: data/cluster)",
     )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="Pulsar brokers; with --brokers 1 --bookies 1 (the default) Pulsar runs as one "
+        "standalone JVM, otherwise as a real cluster (docs/operations.md#a-local-pulsar-cluster)",
+    )
+    up.add_argument(
+        "--bookies",
+        type=int,
+        default=1,
+        help="BookKeeper bookies (3: ensemble 3, write and ack quorum 2)",
+    )
     up.add_argument("--zookeeper-port", type=int, default=None)
     up.add_argument("--pulsar-port", type=int, default=None)
     up.add_argument("--pulsar-web-port", type=int, default=None)
@@ -109,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             proxy_settings=settings,
             check_interval=arguments.check_interval,
             log=_say,
+            brokers=arguments.brokers,
+            bookies=arguments.bookies,
         )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -37,6 +37,17 @@ _LATEST = {
 }
 
 
+def split_web_urls(web_url: str) -> list[str]:
+    """`brokerWebServiceURL` as a list: one URL, or several separated by commas as Pulsar's
+    own admin tools take them (`http://a:8080,b:8080` or `http://a:8080,http://b:8080`; a
+    host without a scheme takes the first one's). Raises nothing."""
+    parts = [p.strip().rstrip("/") for p in web_url.split(",") if p.strip()]
+    if not parts:
+        return [web_url.rstrip("/")]
+    scheme = parts[0].split("://", 1)[0] if "://" in parts[0] else "http"
+    return [p if "://" in p else f"{scheme}://{p}" for p in parts]
+
+
 class _RedirectKeepingMethod(urllib.request.HTTPRedirectHandler):
     """A broker answers 307 to a topic request when another broker owns the topic. urllib
     follows 307/308 only for GET and HEAD; follow them for PUT and DELETE too, with the same
@@ -155,7 +166,8 @@ class PulsarAdmin:
     ) -> None:
         """Raises BrokerAuthError when a CA, certificate or key file of `settings` cannot
         be loaded."""
-        self.web_url = web_url.rstrip("/")
+        self.web_urls = split_web_urls(web_url)
+        self._current = 0
         self.timeout = timeout
         self._auth = settings.auth if settings is not None else BrokerAuth()
         handlers: list[urllib.request.BaseHandler] = [_RedirectKeepingMethod()]
@@ -163,6 +175,11 @@ class PulsarAdmin:
             handlers.append(urllib.request.HTTPSHandler(context=settings.ssl_context()))
         self._opener = urllib.request.build_opener(*handlers)
         self._refusals = RefusalLog()
+
+    @property
+    def web_url(self) -> str:
+        """The admin URL in use: the first of `web_urls` that answered last."""
+        return self.web_urls[self._current]
 
     @classmethod
     def from_config(cls, config: StarlightConfig) -> PulsarAdmin:
@@ -197,6 +214,22 @@ class PulsarAdmin:
         """One call: (status, response headers, body). Raises PulsarAdminError,
         PulsarAuthenticationRefused, BackendUnavailable."""
         data = None if body is None else json.dumps(body).encode("utf-8")
+        # With several brokers' URLs, one that does not answer (a broker down) hands the
+        # call to the next; the one that answered is tried first next time.
+        for attempt in range(len(self.web_urls)):
+            try:
+                return self._exchange_once(method, path, data)
+            except PulsarAuthenticationRefused:
+                raise  # the proxy's credentials, not the broker, are at fault
+            except BackendUnavailable:
+                if attempt == len(self.web_urls) - 1:
+                    raise
+                self._current = (self._current + 1) % len(self.web_urls)
+        raise AssertionError("unreachable")
+
+    def _exchange_once(
+        self, method: str, path: str, data: bytes | None
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
         request = urllib.request.Request(
             self.web_url + path, data=data, method=method, headers=self._headers()
         )
@@ -319,6 +352,38 @@ class PulsarAdmin:
                 return False
             raise
         return True
+
+    def topic_owner(self, topic: TopicName) -> str:
+        """The broker that owns `topic` now (its `pulsar://host:port`), loading it if no
+        broker has. Raises PulsarAdminError or BackendUnavailable."""
+        answer = self._request("GET", f"/lookup/v2/topic/{topic.rest_path}")
+        return str(answer.get("brokerUrl", "")) if isinstance(answer, dict) else ""
+
+    def topic_bundle(self, topic: TopicName) -> str:
+        """The namespace bundle holding `topic` (`0x00000000_0x40000000`). Raises
+        PulsarAdminError or BackendUnavailable."""
+        _, _, payload = self._exchange("GET", f"/lookup/v2/topic/{topic.rest_path}/bundle")
+        return payload.decode("utf-8", "replace").strip().strip('"')
+
+    def unload_topic(self, topic: TopicName) -> None:
+        """Have the owner close `topic`; the next lookup may give it to another broker
+        (producers and consumers reconnect). Raises PulsarAdminError or BackendUnavailable."""
+        self._request("PUT", f"/admin/v2/{topic.rest_path}/unload")
+
+    def split_bundle(self, namespace: str, bundle: str, unload: bool = True) -> None:
+        """Split a namespace bundle in two (`namespace` as `tenant/ns`); with `unload`, its
+        topics are unloaded and looked up again. Raises PulsarAdminError or
+        BackendUnavailable."""
+        self._request(
+            "PUT",
+            f"/admin/v2/namespaces/{namespace}/{quote(bundle)}/split?unload={_flag(unload)}",
+        )
+
+    def bundle_count(self, namespace: str) -> int:
+        """How many bundles `namespace` (`tenant/ns`) has. Raises PulsarAdminError or
+        BackendUnavailable."""
+        answer = self._request("GET", f"/admin/v2/namespaces/{namespace}/bundles")
+        return int(answer.get("numBundles", 0)) if isinstance(answer, dict) else 0
 
     def delete_topic(self, topic: TopicName, force: bool = True) -> bool:
         """Delete a topic (with `force`, even with producers, consumers or subscriptions);

@@ -403,6 +403,7 @@ class PulsarBackend:
         settings: BrokerClientSettings | None = None,
         batching: bool = False,
         batch_max_messages: int = 100,
+        send_timeout_ms: int = 120_000,
     ) -> None:
         """`batching`: producers batch what one flush covers, up to `batch_max_messages`
         per Pulsar entry, and consumers acknowledge batch messages one by one (the broker
@@ -411,6 +412,7 @@ class PulsarBackend:
         self.producer_max_pending = producer_max_pending
         self.batching = batching
         self.batch_max_messages = batch_max_messages
+        self.send_timeout_ms = send_timeout_ms
         security = _client_security(settings) if settings is not None else {}
         self._refusals = RefusalLog()
         self._client = pulsar.Client(
@@ -453,6 +455,7 @@ class PulsarBackend:
                 settings=settings,
                 batching=config.producer_batching,
                 batch_max_messages=config.producer_batch_max_messages,
+                send_timeout_ms=config.producer_send_timeout_ms,
             )
         except (pulsar.PulsarException, ValueError) as e:
             raise ConfigError("brokerClientAuthenticationParameters", str(e)) from e
@@ -482,7 +485,7 @@ class PulsarBackend:
                 # Messages over the broker's maxMessageSize go in chunks (Pulsar cannot chunk
                 # batched messages: with batching the proxy accepts smaller ones only).
                 chunking_enabled=not self.batching,
-                send_timeout_millis=30000,
+                send_timeout_millis=self.send_timeout_ms,
             )
         except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:
             raise self._unusable(f"cannot create a producer on {topic}", e) from e

@@ -25,6 +25,7 @@ from starlight_py.local.haproxy import HAProxy, server_name
 from starlight_py.local.ports import free_port
 from starlight_py.local.proxy import ProxyProcess
 from starlight_py.local.pulsar import PulsarStandalone
+from starlight_py.local.pulsar_cluster import PulsarCluster
 from starlight_py.local.zookeeper import ZooKeeperServer
 from starlight_py.units import MILLISECONDS, SECONDS
 
@@ -70,9 +71,17 @@ class LocalCluster:
         balance: str = "roundrobin",
         distribution: Path | None = None,
         log: Log = log_to_stderr,
+        brokers: int = 1,
+        bookies: int = 1,
+        broker_settings: Mapping[str, str] | None = None,
     ) -> None:
-        """Raises ValueError: fewer than one proxy, ``proxy_ports`` of another length, or
-        ``proxy_settings`` naming a key the cluster sets itself."""
+        """One broker and one bookie (the default) run as Pulsar standalone; more run as a
+        real Pulsar cluster (:class:`PulsarCluster`) whose metadata lives in the cluster's
+        ZooKeeper, with ``broker_settings`` in each broker's broker.conf.
+
+        Raises ValueError: fewer than one proxy, ``proxy_ports`` of another length,
+        ``proxy_settings`` naming a key the cluster sets itself, or fewer than one broker or
+        bookie."""
         if proxies < 1:
             raise ValueError("a cluster needs at least one proxy")
         if proxy_ports is not None and len(proxy_ports) != proxies:
@@ -93,13 +102,25 @@ class LocalCluster:
         self.zookeeper = ZooKeeperServer(
             self.base_dir / "zookeeper", chosen(zookeeper_port), distribution=distribution, log=log
         )
-        self.pulsar = PulsarStandalone(
-            self.base_dir / "pulsar",
-            chosen(pulsar_port),
-            chosen(pulsar_web_port),
-            distribution=distribution,
-            log=log,
-        )
+        self.pulsar: PulsarStandalone | PulsarCluster
+        if brokers == 1 and bookies == 1:
+            self.pulsar = PulsarStandalone(
+                self.base_dir / "pulsar",
+                chosen(pulsar_port),
+                chosen(pulsar_web_port),
+                distribution=distribution,
+                log=log,
+            )
+        else:
+            self.pulsar = PulsarCluster(
+                self.base_dir / "pulsar",
+                self.zookeeper.connect_string,
+                brokers=brokers,
+                bookies=bookies,
+                distribution=distribution,
+                log=log,
+                extra_properties=broker_settings,
+            )
         ours = {
             "configurationStoreServers": self.zookeeper.connect_string,
             "brokerServiceURL": self.pulsar.service_url,
@@ -161,8 +182,14 @@ class LocalCluster:
                 f"proxy {index}: {proxy.url} (log: {proxy.log_path})"
                 for index, proxy in enumerate(self.proxies)
             ),
-            f"Pulsar: {self.pulsar.service_url}, admin {self.pulsar.web_url} "
-            f"(log: {self.pulsar.log_path})",
+            *(
+                [
+                    f"Pulsar: {self.pulsar.service_url}, admin {self.pulsar.web_url} "
+                    f"(log: {self.pulsar.log_path})"
+                ]
+                if isinstance(self.pulsar, PulsarStandalone)
+                else self.pulsar.summary()
+            ),
             f"ZooKeeper: {self.zookeeper.connect_string} (log: {self.zookeeper.log_path})",
             f"HAProxy: admin socket {self.haproxy.stats_socket} (log: {self.haproxy.log_path})",
         ]
@@ -175,7 +202,11 @@ class LocalCluster:
         """
         parts: list[tuple[str, bool]] = [
             ("ZooKeeper", self.zookeeper.is_running()),
-            ("Pulsar", self.pulsar.is_running()),
+            *(
+                (("Pulsar", self.pulsar.is_running()),)
+                if isinstance(self.pulsar, PulsarStandalone)
+                else ((name, False) for name in self.pulsar.not_running())
+            ),
             *((proxy.name, proxy.is_running()) for proxy in self.proxies),
             ("HAProxy", self.haproxy.is_running()),
         ]

@@ -28,10 +28,7 @@ READY_LOG_LINE = "messaging service is ready"
 
 # The options Pulsar's own bin/pulsar passes; the --add-opens let its Netty and
 # BookKeeper reach JDK internals (direct memory, CPU stats) on Java 17+.
-_PULSAR_JVM_OPTIONS = (
-    "-Xms256m",
-    "-Xmx1g",
-    "-XX:MaxDirectMemorySize=1g",
+PULSAR_JVM_OPENS = (
     "-Djava.net.preferIPv4Stack=true",
     "-Djute.maxbuffer=10485760",
     "--add-opens",
@@ -53,6 +50,7 @@ _PULSAR_JVM_OPTIONS = (
     "-Dzookeeper.4lw.commands.whitelist=*",
     "-Dzookeeper.snapshot.trust.empty=true",
 )
+_PULSAR_JVM_OPTIONS = ("-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", *PULSAR_JVM_OPENS)
 
 _PROPERTY_KEY = re.compile(r"^\s*([^\s=:#!]+)\s*[=:]")
 
@@ -250,7 +248,7 @@ class PulsarStandalone:
         ready_line = LogScanner(self.log_path, self._process.log_offset, READY_LOG_LINE)
         self._process.wait_until_ready(
             lambda: (
-                ready_line.found() and _default_namespace_listed(self.web_url, self._admin_token)
+                ready_line.found() and default_namespace_listed(self.web_url, self._admin_token)
             ),
             timeout,
             f'"{READY_LOG_LINE}" in the log and public/default in the admin API',
@@ -284,7 +282,7 @@ class PulsarStandalone:
 _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _default_namespace_listed(web_url: str, token: str = "") -> bool:
+def default_namespace_listed(web_url: str, token: str = "") -> bool:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     request = urllib.request.Request(f"{web_url}/admin/v2/namespaces/public", headers=headers)
     try:
