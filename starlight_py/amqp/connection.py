@@ -94,7 +94,9 @@ _HANDSHAKE: dict[ConnectionState, str] = {
 
 
 # The states in which the shell decides what comes next: later frames wait for its answer.
-_WAITING = frozenset({ConnectionState.AUTHENTICATING, ConnectionState.OPENING})
+# A tuple, not a set: `in` then compares by identity in C, where a set would call Enum's
+# __hash__, written in Python, for every frame.
+_WAITING = (ConnectionState.AUTHENTICATING, ConnectionState.OPENING)
 
 
 class ChannelState(Enum):
@@ -273,7 +275,7 @@ class AMQPConnection:
             except AMQPError as e:
                 events.append(ev.ErrorRaised(number, e))
                 self.fail(e, number)
-            if self.closed:
+            if self.state is ConnectionState.CLOSED:  # `closed`, without a call per frame
                 break
         if error is not None and self.state is ConnectionState.CLIENT_CLOSING:
             self._input_broken = True  # the client said goodbye; what follows is noise

@@ -144,7 +144,7 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
 
     endpoints: PulsarEndpoints | None = None
     if "proxy" in targets or "pulsar" in targets:
-        endpoints = start_pulsar(stack, work_dir)
+        endpoints = start_pulsar(stack, work_dir, cluster=args.cluster)
 
     if "rabbitmq" in targets and rabbit_url is not None:
         try:

@@ -9,6 +9,7 @@ come from ``starlight_py.local`` (whose atexit hook is a second safety net).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -50,8 +51,9 @@ class PulsarEndpoints:
     pulsar_pid: int | None  # None when the servers are someone else's (environment)
 
 
-def start_pulsar(stack: ExitStack, base: Path) -> PulsarEndpoints:
-    """ZooKeeper + Pulsar standalone under ``base``, or the STARLIGHT_* endpoints.
+def start_pulsar(stack: ExitStack, base: Path, cluster: bool = False) -> PulsarEndpoints:
+    """ZooKeeper + Pulsar standalone under ``base`` (``cluster``: 2 brokers and 3 bookies,
+    see :func:`start_pulsar_cluster`), or the STARLIGHT_* endpoints.
 
     Raises BenchError.
     """
@@ -67,14 +69,50 @@ def start_pulsar(stack: ExitStack, base: Path) -> PulsarEndpoints:
     try:
         distribution = ensure_pulsar_distribution(log=say)
         zookeeper = ZooKeeperServer(base / "zookeeper", distribution=distribution, log=say)
-        pulsar = PulsarStandalone(base / "pulsar", distribution=distribution, log=say)
         stack.callback(_quietly, "ZooKeeper", zookeeper.stop)
         zookeeper.start()
+        if cluster:
+            return start_pulsar_cluster(stack, base, zookeeper.connect_string)
+        pulsar = PulsarStandalone(base / "pulsar", distribution=distribution, log=say)
         stack.callback(_quietly, "Pulsar", pulsar.stop)
         pulsar.start()
     except LocalInfraError as e:
         raise BenchError(str(e)) from e
     return PulsarEndpoints(pulsar.service_url, pulsar.web_url, zookeeper.connect_string, pulsar.pid)
+
+
+def start_pulsar_cluster(stack: ExitStack, base: Path, zookeeper: str) -> PulsarEndpoints:
+    """2 brokers and 3 bookies (ensemble 3, quorums 2) on ``zookeeper``, run by one child
+    process (``python -m starlight_py.local.pulsar_cluster``) whose descendants are every
+    JVM: Pulsar's CPU is that process's. Raises BenchError."""
+    ready = base / "pulsar-cluster.json"
+    ready.unlink(missing_ok=True)
+    process = GroupProcess(
+        "Pulsar cluster",
+        [
+            sys.executable,
+            "-m",
+            "starlight_py.local.pulsar_cluster",
+            "--zookeeper",
+            zookeeper,
+            "--dir",
+            str(base / "pulsar-cluster"),
+            "--ready-file",
+            str(ready),
+        ],
+        base / "pulsar-cluster.log",
+    )
+    say(f"starting a Pulsar cluster of 2 brokers and 3 bookies (log: {process.log_path})")
+    process.start()
+    stack.callback(process.stop, 60.0)
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        if not process.alive() or time.monotonic() > deadline:
+            raise BenchError(f"the Pulsar cluster did not start:\n{process.log_tail()}")
+        time.sleep(0.5)
+    urls = json.loads(ready.read_text())
+    say(f"Pulsar cluster ready: {urls['service_url']}, admin {urls['web_url']}")
+    return PulsarEndpoints(urls["service_url"], urls["web_url"], zookeeper, process.pid)
 
 
 def _quietly(name: str, stop: Callable[[], None]) -> None:

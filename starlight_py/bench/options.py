@@ -191,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="use this RabbitMQ (amqp://...) instead of starting a private node",
     )
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run the proxy and pulsar-perf against a local Pulsar cluster of 2 brokers and "
+        "3 bookies (ensemble 3, write and ack quorum 2) instead of Pulsar standalone; "
+        "Pulsar's CPU is every broker's and bookie's",
+    )
+    parser.add_argument(
         "--proxy-workers",
         type=int,
         default=1,

@@ -14,6 +14,9 @@ cluster's metadata exists in ZooKeeper).
 
 from __future__ import annotations
 
+import argparse
+import json
+import signal
 import socket
 import subprocess
 import time
@@ -474,3 +477,44 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
     except OSError as e:
         raise LocalInfraError(f"cannot write {path}: {e.strerror}") from e
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m starlight_py.local.pulsar_cluster`: run a cluster on an existing ZooKeeper
+    until SIGTERM or Ctrl-C, in one process whose children are every broker and bookie (the
+    bench charges Pulsar's CPU to this process's descendants). Once ready, writes
+    `{"service_url": ..., "web_url": ...}` to `--ready-file`. Returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m starlight_py.local.pulsar_cluster")
+    parser.add_argument("--zookeeper", required=True, help="host:port of the metadata store")
+    parser.add_argument("--dir", type=Path, required=True, help="data and logs")
+    parser.add_argument("--brokers", type=int, default=2)
+    parser.add_argument("--bookies", type=int, default=3)
+    parser.add_argument("--ready-file", type=Path, required=True)
+    args = parser.parse_args(argv)
+    cluster = PulsarCluster(args.dir, args.zookeeper, brokers=args.brokers, bookies=args.bookies)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        cluster.start()
+        written = args.ready_file.with_suffix(".tmp")
+        written.write_text(
+            json.dumps({"service_url": cluster.service_url, "web_url": cluster.web_url})
+        )
+        written.replace(args.ready_file)  # whole, or not at all, for whoever waits on it
+        while True:
+            time.sleep(3600)
+    except LocalInfraError as e:
+        print(f"error: {e}", flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
