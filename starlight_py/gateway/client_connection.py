@@ -51,6 +51,7 @@ from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.queue_lengths import ConnectionLengthChecks
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.zookeeper import MetadataUnavailable
+from starlight_py.model.addresses import host_port
 from starlight_py.structured_logging import current_connection
 from starlight_py.units import SECONDS
 
@@ -273,8 +274,8 @@ class ClientConnection:
         if result is not None:
             await result
 
-    def _on_login(self, event: ev.LoginRequested) -> None:
-        self._login(event)
+    async def _on_login(self, event: ev.LoginRequested) -> None:
+        await self._login(event)
 
     async def _on_open(self, event: ev.OpenRequested) -> None:
         if self.refusal is not None:
@@ -358,10 +359,15 @@ class ClientConnection:
         ev.ErrorRaised: _on_error_raised,
     }
 
-    def _login(self, event: ev.LoginRequested) -> None:
+    async def _login(self, event: ev.LoginRequested) -> None:
         try:
-            self.principal = self.services.authenticator.authenticate(
-                event.mechanism, event.response, self.peer_certificate
+            # In a worker thread: a password login may ask ZooKeeper for the user.
+            self.principal = await trio.to_thread.run_sync(
+                self.services.authenticator.authenticate,
+                event.mechanism,
+                event.response,
+                self.peer_certificate,
+                host_port(self.peer)[0],
             )
         except AuthenticationFailed as e:
             self._log.warning("%s: login refused from %s: %s", self.id, self.peer, e)

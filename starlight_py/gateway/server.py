@@ -57,6 +57,7 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.metadata.records import Paths
+from starlight_py.metadata.users import UserCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName, NamespaceRules
 from starlight_py.model.naming import TopicName
@@ -105,6 +106,8 @@ class ProxyServices:
     cleaner: SubscriptionCleaner | None = None
     # Checked on every operation when authentication is enabled; None: nobody is checked.
     permissions: PermissionCache | None = None
+    # The password provider's watched users; None when that provider is off.
+    users: UserCache | None = None
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     connections: set[ClientConnection] = field(default_factory=set)
     requeued: RequeuedPositions = field(default_factory=RequeuedPositions)
@@ -183,18 +186,25 @@ class ProxyServices:
 
 def build_services(config: StarlightConfig) -> ProxyServices:
     """Raises ConfigError when the authentication keys cannot be used."""
-    authenticator = build_authenticator(config)
+    zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
+    paths = Paths(config.metadata_root)
+    users = (
+        UserCache(zookeeper, paths)
+        if config.authentication_enabled and "password" in config.authentication_providers
+        else None
+    )
+    authenticator = build_authenticator(config, users)
     if not config.authentication_enabled:
         log.warning(
             "AUTHENTICATION IS DISABLED (authenticationEnabled=false): any client that can "
             "reach the listeners gets in with any credentials, and no permissions are checked"
         )
-    elif "token" in config.authentication_providers and any(
+    elif {"token", "password"} & set(config.authentication_providers) and any(
         listener.scheme == "amqp" for listener in config.listeners
     ):
         log.warning(
-            "tokens sent to amqp:// listeners travel in clear text: anyone on the network "
-            "path can replay them until they expire; prefer amqps:// listeners"
+            "passwords and tokens sent to amqp:// listeners travel in clear text: anyone on "
+            "the network path can read them; prefer amqps:// listeners"
         )
     elif any(listener.scheme == "amqp" for listener in config.listeners):
         log.warning(
@@ -227,8 +237,6 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     )
     admin = PulsarAdmin.from_config(config)
     vhosts = VhostResolver(rules, admin, config.auto_create_namespaces)
-    zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
-    paths = Paths(config.metadata_root)
     backend = PulsarBackend.from_config(config)
     proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
     ephemerals = EphemeralNodes(zookeeper, proxy_id)
@@ -262,6 +270,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         ephemerals,
         cleaner,
         permissions=permissions,
+        users=users,
         limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip),
     )
 
@@ -372,6 +381,8 @@ async def serve(
             nursery.start_soon(_in_thread_until_cancelled, services.cache.start)
             if services.permissions is not None:
                 nursery.start_soon(_in_thread_until_cancelled, services.permissions.start)
+            if services.users is not None:
+                nursery.start_soon(_in_thread_until_cancelled, services.users.start)
             await _serve(config, services, tls, shutdown, task_status)
             nursery.cancel_scope.cancel()
     finally:
@@ -379,6 +390,8 @@ async def serve(
             services.cache.close()
             if services.permissions is not None:
                 services.permissions.close()
+            if services.users is not None:
+                services.users.close()
             await trio.to_thread.run_sync(services.producers.close)
             await trio.to_thread.run_sync(services.backend.close)
             await trio.to_thread.run_sync(services.zookeeper.stop)

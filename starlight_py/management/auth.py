@@ -21,6 +21,7 @@ from starlight_py.model.permissions import (
     refusal_text,
     vhost_refusal_text,
 )
+from starlight_py.model.users import ADMINISTRATOR_TAG
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,13 @@ class ApiUser:
     credentials: Credentials
     permissions: PermissionCache | None = None
     administrator: bool = True
+    # A password user's own tags (RabbitMQ's /api/whoami shows them).
+    user_tags: tuple[str, ...] | None = None
 
     @property
     def tags(self) -> list[str]:
+        if self.user_tags is not None:
+            return list(self.user_tags)
         return ["administrator"] if self.administrator else ["management"]
 
     def may_use_vhost(self, vhost: str) -> bool:
@@ -88,14 +93,19 @@ def log_in(
     authenticator: Authenticator,
     permissions: PermissionCache | None,
     administrators: tuple[str, ...],
+    peer_host: str | None = None,
 ) -> ApiUser:
-    """The caller of a request with this Authorization header. Raises LoginFailed."""
+    """The caller of a request with this Authorization header, from `peer_host`: an
+    administrator when named in `administrators` or, for a password user, tagged
+    `administrator`. Blocking (may ask ZooKeeper for the user). Raises LoginFailed."""
     credentials = basic_credentials(header)
     response = b"\x00" + credentials.username.encode() + b"\x00" + credentials.password.encode()
     try:
-        principal = authenticator.authenticate("PLAIN", response)
+        principal = authenticator.authenticate("PLAIN", response, None, peer_host)
     except AuthenticationFailed:
         raise LoginFailed() from None
+    tags = principal.tags if principal.by_password else None
     if permissions is None:
-        return ApiUser(principal.name, credentials)
-    return ApiUser(principal.name, credentials, permissions, principal.name in administrators)
+        return ApiUser(principal.name, credentials, user_tags=tags)
+    administrator = principal.name in administrators or ADMINISTRATOR_TAG in principal.tags
+    return ApiUser(principal.name, credentials, permissions, administrator, tags)
