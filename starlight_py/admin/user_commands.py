@@ -9,7 +9,8 @@ from starlight_py.admin.context import AdminContext
 from starlight_py.admin.errors import AdminError, UsageError
 from starlight_py.admin.output import Report, Table
 from starlight_py.admin.parsing import Subcommands, add_command, add_group
-from starlight_py.metadata.users import NoSuchUser, UserExists, UserStore
+from starlight_py.metadata.permissions import PermissionStore
+from starlight_py.metadata.users import NoSuchUser, UserExists, UserStore, delete_user
 from starlight_py.model.users import SHA256, InvalidUser, User, parse_tags
 
 
@@ -30,7 +31,12 @@ def register(commands: Subcommands) -> None:
     )
     add.add_argument("--tags", default="", help="comma-separated, e.g. administrator")
     add_command(group, "list", "list users and their tags", list_users)
-    delete = add_command(group, "delete", "delete a user (its permissions stay)", delete_user)
+    delete = add_command(
+        group,
+        "delete",
+        "delete a user and its permissions (as rabbitmqctl delete_user)",
+        remove_user,
+    )
     delete.add_argument("name")
     change = add_command(group, "change-password", "set a user's password", change_password)
     change.add_argument("name")
@@ -61,9 +67,9 @@ def list_users(ctx: AdminContext, args: argparse.Namespace) -> Table:
     return Table(("name", "tags"), [(user.name, list(user.tags)) for user in store(ctx).list()])
 
 
-def delete_user(ctx: AdminContext, args: argparse.Namespace) -> Report:
+def remove_user(ctx: AdminContext, args: argparse.Namespace) -> Report:
     try:
-        store(ctx).delete(args.name)
+        delete_user(store(ctx), PermissionStore(ctx.zk, ctx.paths), args.name)
     except NoSuchUser as e:
         raise AdminError(str(e)) from e
     return Report(f"deleted user '{args.name}'", {"name": args.name, "deleted": True})

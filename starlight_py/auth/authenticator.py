@@ -170,7 +170,7 @@ class ConfiguredAuthenticator:
                 # The parser's details could quote bytes of the password.
                 raise AuthenticationFailed(f"malformed {mechanism} response") from None
             if self.users is not None:
-                user = self._stored_user(credentials.username, credentials.password)
+                user = self._stored_user(credentials.username)
                 if user is not None:
                     return self._password_login(user, credentials.password, mechanism, peer_host)
                 if self.tokens is None:
@@ -180,17 +180,15 @@ class ConfiguredAuthenticator:
             return Principal(verified.principal, mechanism, verified.expires_at)
         raise AuthenticationFailed(f"mechanism {mechanism} is not enabled")
 
-    def _stored_user(self, name: str, password: str) -> User | None:
-        """The user named `name`: the cached copy when the password matches it, else as
-        ZooKeeper has it now (a user added or changed a moment ago counts at once)."""
+    def _stored_user(self, name: str) -> User | None:
+        """The user named `name` as ZooKeeper has it now: logins are rare next to messages,
+        and a password changed or a user deleted a moment ago must count at once. While
+        ZooKeeper is away, the watched copy answers."""
         assert self.users is not None
         try:
-            user = self.users.lookup(name)
-            if user is None or not user.check_password(password):
-                user = self.users.lookup(name, fresh=True)
+            return self.users.lookup(name, fresh=True)
         except (MetadataUnavailable, RecordError) as e:  # refuse; the log says why
             raise AuthenticationFailed(f"cannot read user '{name}': {e}") from None
-        return user
 
     def _password_login(
         self, user: User, password: str, mechanism: str, peer_host: str | None
@@ -209,7 +207,7 @@ class ConfiguredAuthenticator:
                 password = secret.decode("utf-8")
             except UnicodeDecodeError:
                 raise AuthenticationFailed("the new secret is not UTF-8") from None
-            user = self._stored_user(principal.name, password)
+            user = self._stored_user(principal.name)
             if user is None or not user.check_password(password):
                 raise AuthenticationFailed(f"new secret of '{principal.name}' is not its password")
             return replace(principal, tags=user.tags)

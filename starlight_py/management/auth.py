@@ -21,7 +21,7 @@ from starlight_py.model.permissions import (
     refusal_text,
     vhost_refusal_text,
 )
-from starlight_py.model.users import ADMINISTRATOR_TAG
+from starlight_py.model.users import ADMINISTRATOR_TAG, MANAGEMENT_TAGS
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,8 @@ class ApiUser:
     def require_administrator(self) -> None:
         """Raises NotAuthorised unless the user may act on the whole cluster."""
         if not self.administrator:
+            if self.user_tags is not None:
+                raise NotAuthorised("Not administrator user")  # RabbitMQ's text
             raise NotAuthorised(f"'{self.name}' is not in managementAdministrators")
 
 
@@ -97,7 +99,8 @@ def log_in(
 ) -> ApiUser:
     """The caller of a request with this Authorization header, from `peer_host`: an
     administrator when named in `administrators` or, for a password user, tagged
-    `administrator`. Blocking (may ask ZooKeeper for the user). Raises LoginFailed."""
+    `administrator`. Blocking (may ask ZooKeeper for the user). Raises LoginFailed, and
+    NotAuthorised for a password user without a management tag (as RabbitMQ)."""
     credentials = basic_credentials(header)
     response = b"\x00" + credentials.username.encode() + b"\x00" + credentials.password.encode()
     try:
@@ -105,7 +108,10 @@ def log_in(
     except AuthenticationFailed:
         raise LoginFailed() from None
     tags = principal.tags if principal.by_password else None
-    if permissions is None:
+    if tags is not None and not MANAGEMENT_TAGS & set(tags):
+        raise NotAuthorised(
+            "Not management user"
+        )  # RabbitMQ's answer, 401    if permissions is None:
         return ApiUser(principal.name, credentials, user_tags=tags)
     administrator = principal.name in administrators or ADMINISTRATOR_TAG in principal.tags
     return ApiUser(principal.name, credentials, permissions, administrator, tags)

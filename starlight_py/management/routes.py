@@ -94,7 +94,7 @@ def build_router() -> Router[Endpoint]:
         "/api/users/{user}",
         GET=users.get_user,
         PUT=users.put_user,
-        DELETE=users.delete_user,
+        DELETE=users.remove_user,
     )
 
     r.add("/api/nodes", GET=cluster_resources.list_nodes)

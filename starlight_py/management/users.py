@@ -13,7 +13,7 @@ from starlight_py.management.api import CREATED, NO_CONTENT, Answer, ApiCall
 from starlight_py.management.errors import BadRequest, ObjectNotFound
 from starlight_py.management.shapes import listed
 from starlight_py.metadata.permissions import PermissionStore
-from starlight_py.metadata.users import NoSuchUser, UserStore
+from starlight_py.metadata.users import NoSuchUser, UserStore, delete_user
 from starlight_py.model.users import ADMINISTRATOR_TAG, SHA256, InvalidUser, User, parse_tags
 
 
@@ -83,10 +83,13 @@ def put_user(call: ApiCall) -> Answer:
     return CREATED if _store(call).put(user) else NO_CONTENT
 
 
-def delete_user(call: ApiCall) -> Answer:
+def remove_user(call: ApiCall) -> Answer:
+    """As RabbitMQ: the user's permissions go with it."""
     call.user.require_administrator()
+    services = call.context.services
+    permissions = PermissionStore(services.zookeeper, services.topology.paths)
     try:
-        _store(call).delete(call.params["user"])
+        delete_user(_store(call), permissions, call.params["user"])
     except NoSuchUser:
         raise ObjectNotFound() from None
     return NO_CONTENT

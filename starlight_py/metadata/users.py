@@ -3,8 +3,9 @@ docs/metadata.md), holding the `User` (name, RabbitMQ password hash, tags).
 
 `UserStore` calls block (ZooKeeper round trips) and raise MetadataUnavailable when ZooKeeper
 does not answer and RecordError when a znode holds data this version cannot read;
-`starlight-admin`, the management API and definitions imports use it. Logins read
-`UserCache`, a watched copy, and ask ZooKeeper only to confirm a refusal.
+`starlight-admin`, the management API and definitions imports use it. Logins read each
+user from ZooKeeper (a changed password counts at once), and `UserCache`, a watched copy,
+when ZooKeeper does not answer.
 """
 
 from __future__ import annotations
@@ -108,10 +109,10 @@ def _user(data: bytes) -> User:
 
 
 class UserCache:
-    """The watched, in-memory copy of every user, for logins (as PermissionCache is for
-    permission checks): a login whose password matches the cached user costs no ZooKeeper
-    round trip; any other answer is confirmed with ZooKeeper (`lookup(fresh=True)`), so a
-    user added or a password changed a moment ago works at once.
+    """The watched, in-memory copy of every user, for logins: they ask ZooKeeper
+    (`lookup(fresh=True)`), so a user added, deleted or a password changed a moment ago
+    counts at once, and fall back on this copy while ZooKeeper is away, so clients keep
+    logging in through an outage.
 
     Thread-safe: events arrive on kazoo's thread, reads come from any thread.
     """
@@ -175,6 +176,15 @@ class UserCache:
             return
         with self._lock:
             self._users[name] = user
+
+
+def delete_user(users: UserStore, permissions: PermissionStore, name: str) -> None:
+    """Delete the user and, as RabbitMQ's delete_user does, its permissions in every vhost.
+    Raises NoSuchUser (and then touches no permission)."""
+    users.delete(name)
+    for vhost, principal, _ in permissions.list():
+        if principal == name:
+            permissions.clear(vhost, principal)
 
 
 def create_default_user(users: UserStore, permissions: PermissionStore) -> bool:

@@ -32,6 +32,8 @@ HASHING_ALGORITHMS = {SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashl
 SALT_BYTES = 4
 
 ADMINISTRATOR_TAG = "administrator"
+MANAGEMENT_TAGS = frozenset({"management", "policymaker", "monitoring", ADMINISTRATOR_TAG})
+"""The tags that let a user into the management API (RabbitMQ's)."""
 DEFAULT_USER = "guest"
 DEFAULT_PASSWORD = "guest"
 
