@@ -283,7 +283,12 @@ class ClientConnection:
         user = self.principal.name if self.principal else ""
         access = AccessControl(self.services.permissions, event.virtual_host, user)
         # Before open_vhost: a user without access must not create vhosts or namespaces.
-        await access.check_vhost()
+        try:
+            await access.check_vhost()
+        except NotAllowed:
+            # RabbitMQ says a missing vhost is missing before it looks at the user's access.
+            await self.services.refuse_missing_vhost(event.virtual_host)
+            raise
         namespace = await self.services.open_vhost(event.virtual_host)
         self.vhost = VhostContext(
             event.virtual_host,

@@ -157,6 +157,17 @@ class ProxyServices:
 
     _token: Any = None
 
+    async def refuse_missing_vhost(self, vhost: str) -> None:
+        """Raises NotAllowed (530, "vhost ... not found") when connection.open of `vhost`
+        would find no vhost to open: no record and, without amqpAutoCreateNamespaces, no
+        Pulsar namespace. Creates nothing."""
+        try:
+            record = await trio.to_thread.run_sync(self.topology.get_vhost, vhost)
+        except MetadataUnavailable:
+            return
+        if record is None and not self.vhosts.auto_create:
+            await self.vhosts.resolve(vhost)
+
     async def open_vhost(self, vhost: str) -> NamespaceName:
         """The namespace of a vhost for connection.open: an existing record (an explicit
         mapping by starlight-admin, or one made by the rules earlier) wins; otherwise the
