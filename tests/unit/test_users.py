@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
+from pathlib import Path
 
 import jwt
 import pytest
@@ -17,7 +18,10 @@ from starlight_py.auth.authenticator import (
     build_authenticator,
 )
 from starlight_py.auth.tokens import TokenSettings, TokenVerifier
+from starlight_py.cli import STANDALONE_AUTHENTICATION, _configured
 from starlight_py.config import ConfigError, load_config
+from starlight_py.management.auth import log_in
+from starlight_py.management.errors import LoginFailed, NotAuthorised
 from starlight_py.metadata.records import decode, encode
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model.users import (
@@ -273,3 +277,45 @@ def test_the_password_provider_is_configured_and_needs_a_store() -> None:
         build_authenticator(config)
     with pytest.raises(ConfigError, match="unknown provider"):
         load_config(None, {}, {"authenticationProviders": "passwd"})
+
+
+# ---- standalone and the management API ---------------------------------------------------------
+
+
+def test_standalone_turns_passwords_on_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STARLIGHT_AUTHENTICATION_ENABLED", raising=False)
+    assert STANDALONE_AUTHENTICATION == {
+        "authenticationEnabled": "true",
+        "authenticationProviders": "password",
+    }
+    assert not _configured("authenticationEnabled", None, {})
+    assert _configured("authenticationEnabled", None, {"authenticationEnabled": "false"})
+    conf = tmp_path / "proxy.conf"
+    conf.write_text("authenticationEnabled=false\n")
+    assert _configured("authenticationEnabled", conf, {})
+    assert not _configured("authenticationProviders", conf, {})
+    monkeypatch.setenv("STARLIGHT_AUTHENTICATION_ENABLED", "false")
+    assert _configured("authenticationEnabled", None, {})
+
+
+def basic(credentials: str) -> str:
+    return "Basic " + base64.b64encode(credentials.encode()).decode()
+
+
+def test_management_logins_of_password_users_follow_their_tags() -> None:
+    directory = Directory(
+        User.with_password("admin", "pw", ("administrator",)),
+        User.with_password("watcher", "pw", ("monitoring",)),
+        User.with_password("app", "pw"),
+    )
+    authenticator = passwords(directory)
+    admin = log_in(basic("admin:pw"), authenticator, None, (), "127.0.0.1")
+    assert admin.tags == ["administrator"]
+    watcher = log_in(basic("watcher:pw"), authenticator, None, (), "127.0.0.1")
+    assert watcher.tags == ["monitoring"]
+    with pytest.raises(NotAuthorised, match="Not management user"):
+        log_in(basic("app:pw"), authenticator, None, (), "127.0.0.1")
+    with pytest.raises(LoginFailed):
+        log_in(basic("admin:wrong"), authenticator, None, (), "127.0.0.1")
