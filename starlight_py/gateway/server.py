@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -150,6 +151,12 @@ class ProxyServices:
                 held_of=self.held.of,
             )
 
+    def user_deleted(self, name: str) -> None:
+        """Runs on kazoo's thread: only schedules work on trio's."""
+        if self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(close_user_connections, self, name)
+
     def topology_changed(self) -> None:
         """Runs on kazoo's thread: only schedules work on trio's."""
         for listener in list(self.change_listeners):
@@ -266,7 +273,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     )
     producers = ProducerPool(backend, config.producer_idle_timeout)
     permissions = PermissionCache(zookeeper, paths) if config.authentication_enabled else None
-    return ProxyServices(
+    services = ProxyServices(
         config,
         settings,
         authenticator,
@@ -284,6 +291,9 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         users=users,
         limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip),
     )
+    if users is not None:
+        users.on_removed = services.user_deleted
+    return services
 
 
 AnyListener = trio.SocketListener | TlsListener
@@ -420,6 +430,14 @@ def live_counts(services: ProxyServices) -> LiveCounts:
             seen = by_vhost.get(c.vhost.vhost, (0, 0))
             by_vhost[c.vhost.vhost] = (seen[0] + 1, seen[1] + len(c.channels))
     return LiveCounts(len(connections), channels, consumers, len(services.producers), by_vhost)
+
+
+def close_user_connections(services: ProxyServices, name: str) -> None:
+    """A password user was deleted: close its connections with RabbitMQ's 320."""
+    for connection in list(services.connections):
+        principal = connection.principal
+        if principal is not None and principal.by_password and principal.name == name:
+            connection.force_close(ConnectionForced(f"user '{name}' is deleted"))
 
 
 def close_connection(services: ProxyServices, name: str, reason: str) -> bool:

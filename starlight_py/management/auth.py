@@ -109,9 +109,8 @@ def log_in(
         raise LoginFailed() from None
     tags = principal.tags if principal.by_password else None
     if tags is not None and not MANAGEMENT_TAGS & set(tags):
-        raise NotAuthorised(
-            "Not management user"
-        )  # RabbitMQ's answer, 401    if permissions is None:
+        raise NotAuthorised("Not management user")  # RabbitMQ's answer, 401
+    if permissions is None:
         return ApiUser(principal.name, credentials, user_tags=tags)
     administrator = principal.name in administrators or ADMINISTRATOR_TAG in principal.tags
     return ApiUser(principal.name, credentials, permissions, administrator, tags)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.recipe.cache import TreeCache, TreeEvent
@@ -114,10 +115,19 @@ class UserCache:
     counts at once, and fall back on this copy while ZooKeeper is away, so clients keep
     logging in through an outage.
 
+    `on_removed(name)` is called (on kazoo's thread) when a user is deleted, so that the
+    proxy closes its connections, as RabbitMQ does.
+
     Thread-safe: events arrive on kazoo's thread, reads come from any thread.
     """
 
-    def __init__(self, zk: ZooKeeperClient, paths: Paths) -> None:
+    def __init__(
+        self,
+        zk: ZooKeeperClient,
+        paths: Paths,
+        on_removed: Callable[[str], None] | None = None,
+    ) -> None:
+        self.on_removed = on_removed
         self._store = UserStore(zk, paths)
         self._prefix = paths.users + "/"
         self._tree = TreeCache(zk.kazoo, paths.users)
@@ -166,6 +176,8 @@ class UserCache:
         if event.event_type == TreeEvent.NODE_REMOVED:
             with self._lock:
                 self._users.pop(name, None)
+            if self.on_removed is not None:
+                self.on_removed(name)
             return
         try:
             user = _user(event.event_data.data)

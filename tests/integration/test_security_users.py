@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -151,12 +152,23 @@ def test_password_changes_and_deletions_count_at_once(target: Target) -> None:
     changed = target.api.call("PUT", f"/api/users/{user}", {"password": "new", "tags": ""})
     assert changed.status == 204
     refused_login(target, user, "old")
-    target.connect(user, "new").close()
+    kept = target.connect(user, "new")  # a password change leaves it open
     # A PUT without a password leaves the user without one (RabbitMQ 3.10).
     target.api.call("PUT", f"/api/users/{user}", {"tags": "management"})
     assert target.api.call("GET", f"/api/users/{user}").body["password_hash"] == ""
     refused_login(target, user, "new")
+    kept.process_data_events(0)
+    assert kept.is_open
     assert target.api.call("DELETE", f"/api/users/{user}").status == 204
+    # RabbitMQ closes the connections of a deleted user.
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            kept.process_data_events(0.2)
+    assert (closed.value.reply_code, closed.value.reply_text) == (
+        320,
+        f"CONNECTION_FORCED - user '{user}' is deleted",
+    )
     assert target.api.call("GET", f"/api/users/{user}").body == NOT_FOUND
     assert target.api.call("DELETE", f"/api/users/{user}").status == 404
     refused_login(target, user, "new")
