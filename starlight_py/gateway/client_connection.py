@@ -392,14 +392,17 @@ class ClientConnection:
             remaining = principal.expires_at - time.time()
             self._credential_deadline = trio.current_time() + max(0.0, remaining)
 
-    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+    async def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
         """connection.update-secret (RabbitMQ's extension for renewing OAuth 2 tokens): a
         refused secret closes the connection with 530, as RabbitMQ does."""
         assert self.principal is not None
         secret = method.new_secret or b""
         raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         try:
-            principal = self.services.authenticator.update_secret(self.principal, raw)
+            # In a worker thread: a password user's secret is checked against ZooKeeper.
+            principal = await trio.to_thread.run_sync(
+                self.services.authenticator.update_secret, self.principal, raw
+            )
         except AuthenticationFailed as e:
             self._log.warning("%s: secret update refused from %s: %s", self.id, self.peer, e)
             raise NotAllowed(
@@ -415,7 +418,7 @@ class ClientConnection:
     async def _method(self, event: ev.MethodReceived) -> None:
         method = event.method
         if isinstance(method, commands.Connection.UpdateSecret):
-            self._update_secret(method)
+            await self._update_secret(method)
             return
         session = self.channels.get(event.channel)
         if session is not None and self.vhost is not None and self.messages is not None:
