@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from starlight_py.auth.certificates import certificate_principal
-from starlight_py.auth.errors import AuthenticationFailed
+from starlight_py.auth.errors import AuthenticationFailed, LoopbackOnly
 from starlight_py.auth.sasl import MalformedResponse, parse_credentials
 from starlight_py.auth.tokens import (
     KeyMaterialError,
@@ -197,7 +197,7 @@ class ConfiguredAuthenticator:
             raise AuthenticationFailed(f"invalid credentials for user '{user.name}'")
         if not may_connect_from(user.name, peer_host, self.loopback_users):
             # RabbitMQ's log line for it.
-            raise AuthenticationFailed(f"user '{user.name}' can only connect via localhost")
+            raise LoopbackOnly(f"user '{user.name}' can only connect via localhost")
         return Principal(user.name, mechanism, tags=user.tags, by_password=True)
 
     def update_secret(self, principal: Principal, secret: bytes) -> Principal:

@@ -13,6 +13,7 @@ import binascii
 from dataclasses import dataclass
 
 from starlight_py.auth.authenticator import AuthenticationFailed, Authenticator
+from starlight_py.auth.errors import LoopbackOnly
 from starlight_py.management.errors import LoginFailed, NotAuthorised
 from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.model.permissions import (
@@ -105,6 +106,8 @@ def log_in(
     response = b"\x00" + credentials.username.encode() + b"\x00" + credentials.password.encode()
     try:
         principal = authenticator.authenticate("PLAIN", response, None, peer_host)
+    except LoopbackOnly:
+        raise NotAuthorised("User can only log in via localhost") from None  # RabbitMQ's
     except AuthenticationFailed:
         raise LoginFailed() from None
     tags = principal.tags if principal.by_password else None

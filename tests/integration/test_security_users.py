@@ -6,8 +6,8 @@ logs in with its password, `guest` only from loopback, and the management API's 
 checks the same passwords.
 
 The behaviour tests run against a real RabbitMQ too: set STARLIGHT_TEST_AMQP_URL and
-STARLIGHT_TEST_MANAGEMENT_URL (its AMQP listener must also listen on a non-loopback address
-for the guest test). `starlight-admin user` is ours alone.
+STARLIGHT_TEST_MANAGEMENT_URL (its AMQP and HTTP listeners must also listen on a
+non-loopback address for the guest test). `starlight-admin user` is ours alone.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
         authenticationEnabled="true",
         authenticationProviders="password",
         amqpListeners="amqp://0.0.0.0:0",  # for the guest-from-elsewhere test
-        managementListener=f"http://127.0.0.1:{management_port}",
+        managementListener=f"http://0.0.0.0:{management_port}",  # for the guest test too
         **admin.proxy_settings,
     )
     proxy = ProxyThread(config).start()
@@ -251,11 +251,22 @@ def test_guest_logs_in_from_loopback_only(target: Target) -> None:
     if address is None:
         pytest.skip("this machine has no non-loopback address")
     if target.admin is not None:
-        target.admin.run("user", "add", "guest", "--password", "guest")  # exists after the 1st run
+        target.admin.run("user", "add", "guest", "--password", "guest", "--tags", "administrator")
         target.admin.ok("user", "change-password", "guest", "--password", "guest")
         target.admin.ok("permissions", "set", "guest", ".*", ".*", ".*")
     target.connect("guest", "guest").close()
     refused_login(target, "guest", "guest", host=address)
+    # The management API refuses it too, saying why once the password was right.
+    api_port = urlsplit(target.api.base).port
+    elsewhere = Management(f"http://{address}:{api_port}", "guest", "guest", target.is_rabbitmq)
+    assert elsewhere.call("GET", "/api/whoami").body == {
+        "error": "not_authorised",
+        "reason": "User can only log in via localhost",
+    }
+    assert elsewhere.call("GET", "/api/whoami", auth=("guest", "wrong")).body == {
+        "error": "not_authorized",
+        "reason": "Login failed",
+    }
     # Other users may come from anywhere.
     user = target.add_user("pw")
     target.connect(user, "pw", host=address).close()
