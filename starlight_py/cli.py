@@ -15,13 +15,23 @@ from urllib.parse import urlsplit
 import trio
 
 from starlight_py import __version__
-from starlight_py.config import ConfigError, StarlightConfig, load_config
+from starlight_py.config import (
+    ConfigError,
+    StarlightConfig,
+    env_var_for,
+    load_config,
+    read_conf_file,
+)
 from starlight_py.config_commands import check_config, effective_settings, print_settings
 from starlight_py.gateway.server import serve
 from starlight_py.gateway.shutdown import ShutdownRequest
 from starlight_py.local import LocalInfraError, PulsarStandalone, ZooKeeperServer
 from starlight_py.local.distribution import ensure_pulsar_distribution
 from starlight_py.local.ports import ensure_port_free
+from starlight_py.metadata.permissions import PermissionStore
+from starlight_py.metadata.records import Paths
+from starlight_py.metadata.users import UserStore, create_default_user
+from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 from starlight_py.structured_logging import configure_logging
 from starlight_py.workers import die_with_supervisor, run_workers
 
@@ -257,6 +267,33 @@ def _single_startup_error(error: BaseException) -> ConfigError | OSError | None:
     return error if isinstance(error, ConfigError | OSError) else None
 
 
+STANDALONE_AUTHENTICATION = {
+    "authenticationEnabled": "true",
+    "authenticationProviders": "password",
+}
+
+
+def _configured(key: str, conf_file: Path | None, overrides: dict[str, str]) -> bool:
+    """Whether `key` is set by --set, the environment or the conf file."""
+    if key in overrides or env_var_for(key) in os.environ:
+        return True
+    return conf_file is not None and key in read_conf_file(conf_file, [])
+
+
+def _create_default_user(config: StarlightConfig) -> None:
+    zk = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
+    zk.start()
+    try:
+        paths = Paths(config.metadata_root)
+        if create_default_user(UserStore(zk, paths), PermissionStore(zk, paths)):
+            log.info(
+                "created user 'guest' (password 'guest', tag administrator, full permissions "
+                "on vhost '/'; it may log in only from this machine)"
+            )
+    finally:
+        zk.stop()
+
+
 def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     data_dir: Path = args.data_dir.resolve()
     settings = {
@@ -267,6 +304,11 @@ def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     }
     if args.management_port:
         settings["managementListener"] = f"http://127.0.0.1:{args.management_port}"
+    # Like a fresh RabbitMQ: users with passwords (guest/guest from loopback), unless the
+    # conf file, the environment or --set say otherwise.
+    for key, value in STANDALONE_AUTHENTICATION.items():
+        if not _configured(key, args.config, overrides):
+            settings[key] = value
     settings.update(overrides)
     config = load_config(args.config, os.environ, settings)
     _setup_logging(config)
@@ -295,13 +337,15 @@ def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
         )
         zookeeper.start()
         pulsar.start()
+        if config.authentication_enabled and "password" in config.authentication_providers:
+            _create_default_user(config)
         signal.signal(signal.SIGTERM, previous)
         banner = (
             "starlight-py is ready: connect AMQP clients to {url}/ "
             f"(e.g. amqp://guest:guest@127.0.0.1:{args.amqp_port}/). Ctrl-C stops everything."
         )
         return _run_proxy(config, banner)
-    except LocalInfraError as e:
+    except (LocalInfraError, MetadataUnavailable) as e:
         print(f"starlight-proxy standalone: {e}", file=sys.stderr)
         return 1
     except (_Terminated, KeyboardInterrupt):

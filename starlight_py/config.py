@@ -350,9 +350,19 @@ class StarlightConfig:
         default=(),
         metadata=_key(
             "authenticationProviders",
-            "Comma-separated: token (SASL PLAIN/AMQPLAIN, the password is a JWT) and/or tls "
-            "(SASL EXTERNAL, the client certificate on an amqps:// listener). Pulsar's class "
-            "names AuthenticationProviderToken / AuthenticationProviderTls are accepted too.",
+            "Comma-separated, some of: password (SASL PLAIN/AMQPLAIN checked against the "
+            "users of `starlight-admin user`, RabbitMQ's internal users), token (SASL "
+            "PLAIN/AMQPLAIN, the password is a JWT) and tls (SASL EXTERNAL, the client "
+            "certificate on an amqps:// listener). Pulsar's class names "
+            "AuthenticationProviderToken / AuthenticationProviderTls are accepted too.",
+        ),
+    )
+    loopback_users: tuple[str, ...] = field(
+        default=("guest",),
+        metadata=_key(
+            "loopbackUsers",
+            "Comma-separated password users that may log in only from a loopback address "
+            "(RabbitMQ's loopback_users); empty: nobody is restricted.",
         ),
     )
     token_secret_key: str = field(
@@ -660,7 +670,7 @@ def _validate(cfg: StarlightConfig) -> None:
             raise ConfigError(_FIELDS_BY_NAME[name].metadata["key"], f"invalid name {value!r}")
 
 
-AUTHENTICATION_PROVIDERS = ("token", "tls")
+AUTHENTICATION_PROVIDERS = ("password", "token", "tls")
 # Starlight for RabbitMQ (and Pulsar) name providers by class; both spellings work.
 _PROVIDER_ALIASES = {
     "org.apache.pulsar.broker.authentication.AuthenticationProviderToken": "token",
@@ -755,7 +765,8 @@ def _validate_security(cfg: StarlightConfig) -> None:
         return
     if not cfg.authentication_providers:
         raise ConfigError(
-            "authenticationProviders", "authenticationEnabled=true needs token and/or tls"
+            "authenticationProviders",
+            "authenticationEnabled=true needs some of password, token, tls",
         )
     if "token" in cfg.authentication_providers and not (
         cfg.token_secret_key or cfg.token_public_key

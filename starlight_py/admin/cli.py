@@ -25,6 +25,7 @@ from starlight_py.admin import (
     token_commands,
     topic_commands,
     topology_commands,
+    user_commands,
     vhost_commands,
 )
 from starlight_py.admin.context import AdminContext
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         topology_commands,
         topic_commands,
         permission_commands,
+        user_commands,
         token_commands,
         cluster_commands,
         connection_commands,

@@ -1,9 +1,10 @@
 """RabbitMQ's `definitions.json` (as `rabbitmqctl export_definitions` writes it), to and from
 the topology in ZooKeeper.
 
-What maps: vhosts, exchanges, queues, bindings of exchanges to queues and to exchanges,
-permissions. What does not, and is reported instead of silently dropped: users (clients
-authenticate with tokens or certificates, not passwords), policies, parameters, limits.
+What maps: users (their RabbitMQ `password_hash` unchanged, so they log in with the same
+password; limits are dropped), vhosts, exchanges, queues, bindings of exchanges to queues
+and to exchanges, permissions. What does not, and is reported instead of silently dropped:
+policies, parameters, topic permissions.
 The predeclared `amq.*` exchanges and the default exchange's implicit bindings are not
 listed, as in RabbitMQ's export. A vhost's Pulsar namespace travels in its `metadata` as
 `starlight_namespace`, which RabbitMQ ignores, so export -> import keeps explicit mappings.
@@ -23,9 +24,11 @@ from starlight_py.admin.context import ADMIN_OWNER, AdminContext
 from starlight_py.amqp.errors import AMQPError
 from starlight_py.metadata.permissions import PermissionStore
 from starlight_py.metadata.records import ExchangeBinding, VhostRecord
+from starlight_py.metadata.users import UserStore
 from starlight_py.model.namespaces import InvalidVhostName, NamespaceName
 from starlight_py.model.permissions import Permission
 from starlight_py.model.topology import DEFAULT_EXCHANGE, EXCHANGE_TYPES, Exchange, Queue
+from starlight_py.model.users import User
 
 NAMESPACE_KEY = "starlight_namespace"
 VhostLookup = Callable[[dict[str, Any]], VhostRecord]
@@ -125,6 +128,7 @@ def export_definitions(ctx: AdminContext) -> dict[str, Any]:
                     "arguments": json_value(e2e.arguments),
                 }
             )
+    document["users"] = [user.to_json() for user in UserStore(ctx.zk, ctx.paths).list()]
     for vhost, principal, permission in PermissionStore(ctx.zk, ctx.paths).list():
         document["permissions"].append({"user": principal, "vhost": vhost, **permission.to_json()})
     return document
@@ -158,7 +162,7 @@ class ImportReport:
 
     def text(self) -> str:
         lines = []
-        for kind in ("vhosts", "exchanges", "queues", "bindings", "permissions"):
+        for kind in ("users", "vhosts", "exchanges", "queues", "bindings", "permissions"):
             made = self.created.get(kind, [])
             lines.append(
                 f"{kind}: {len(made)} created, {self.existing.get(kind, 0)} already present"
@@ -191,12 +195,9 @@ def import_definitions(ctx: AdminContext, document: Any) -> ImportReport:
 
 
 def _import(ctx: AdminContext, document: dict[str, Any], report: ImportReport) -> None:
-    users = _items(document, "users")
-    if users:
-        report.skipped.append(
-            f"{len(users)} user(s) not applicable: clients authenticate with tokens "
-            "(starlight-admin token create) or certificates"
-        )
+    users = UserStore(ctx.zk, ctx.paths)
+    for item in _items(document, "users"):
+        _attempt(report, f"user '{item.get('name')}'", _user, users, item, report)
     for key in ("policies", "parameters", "global_parameters", "topic_permissions"):
         items = document.get(key) or []
         if items:
@@ -236,6 +237,16 @@ def _import(ctx: AdminContext, document: dict[str, Any], report: ImportReport) -
     for item in _items(document, "permissions"):
         what = f"permissions of '{item['user']}' in vhost '{item['vhost']}'"
         _attempt(report, what, _permission, store, item, what, report)
+
+
+def _user(users: UserStore, item: dict[str, Any], report: ImportReport) -> None:
+    """As RabbitMQ's import: a user of the file replaces one of the same name."""
+    user = User.from_json(item)
+    if users.get(user.name) == user:
+        report.add_existing("users")
+        return
+    created = users.put(user)
+    report.add_created("users", user.name if created else f"{user.name} (replaced)")
 
 
 def _attempt(report: ImportReport, what: str, action: Callable[..., object], *args: Any) -> None:

@@ -2,9 +2,13 @@
 
 Two policies:
 - `AcceptAnyAuthenticator` (authenticationEnabled=false): every login succeeds;
-- `ConfiguredAuthenticator`: the `token` provider (PLAIN/AMQPLAIN whose password is a JWT,
-  as Starlight for RabbitMQ and RabbitMQ's OAuth 2 backend do; the username is ignored) and
-  the `tls` provider (EXTERNAL: the client certificate the TLS layer verified).
+- `ConfiguredAuthenticator`: the `password` provider (PLAIN/AMQPLAIN checked against the
+  users in ZooKeeper, RabbitMQ's internal backend: model/users.py), the `token` provider
+  (PLAIN/AMQPLAIN whose password is a JWT, as Starlight for RabbitMQ and RabbitMQ's OAuth 2
+  backend do; the username is ignored) and the `tls` provider (EXTERNAL: the client
+  certificate the TLS layer verified). With both password and token on, a username that
+  names a stored user is checked by password, any other login's password as a JWT (RabbitMQ
+  chains backends the same way: internal first, then OAuth 2).
 
 Which mechanisms connection.start offers depends on the transport: EXTERNAL only on TLS
 (like RabbitMQ, also when the client sent no certificate; the login is then refused).
@@ -16,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from starlight_py.auth.certificates import certificate_principal
-from starlight_py.auth.errors import AuthenticationFailed
+from starlight_py.auth.errors import AuthenticationFailed, LoopbackOnly
 from starlight_py.auth.sasl import MalformedResponse, parse_credentials
 from starlight_py.auth.tokens import (
     KeyMaterialError,
@@ -26,6 +30,9 @@ from starlight_py.auth.tokens import (
     read_key_material,
 )
 from starlight_py.config import ConfigError, StarlightConfig
+from starlight_py.metadata.records import RecordError
+from starlight_py.metadata.zookeeper import MetadataUnavailable
+from starlight_py.model.users import User, may_connect_from
 
 __all__ = [
     "AcceptAnyAuthenticator",
@@ -33,6 +40,7 @@ __all__ = [
     "Authenticator",
     "ConfiguredAuthenticator",
     "Principal",
+    "UserDirectory",
     "build_authenticator",
 ]
 
@@ -47,6 +55,16 @@ class Principal:
     # When the credential stops being valid (seconds since the epoch): the connection is
     # closed then unless connection.update-secret brought a newer one.
     expires_at: float | None = None
+    # A password user's tags (`administrator` makes the management API's administrator).
+    tags: tuple[str, ...] = ()
+    by_password: bool = False
+
+
+class UserDirectory(Protocol):
+    def lookup(self, name: str, fresh: bool = False) -> User | None:
+        """The stored user named `name`; `fresh`: as ZooKeeper has it now, not cached.
+        May raise MetadataUnavailable."""
+        ...
 
 
 class Authenticator(Protocol):
@@ -55,10 +73,15 @@ class Authenticator(Protocol):
         ...
 
     def authenticate(
-        self, mechanism: str, response: bytes, peer_certificate: bytes | None = None
+        self,
+        mechanism: str,
+        response: bytes,
+        peer_certificate: bytes | None = None,
+        peer_host: str | None = None,
     ) -> Principal:
-        """`peer_certificate` is the verified client certificate (DER), if any.
-        Raises AuthenticationFailed."""
+        """`peer_certificate` is the verified client certificate (DER), if any; `peer_host`
+        the client's address (None: unknown). May block (a user lookup asks ZooKeeper):
+        call from a worker thread. Raises AuthenticationFailed."""
         ...
 
     def update_secret(self, principal: Principal, secret: bytes) -> Principal:
@@ -79,7 +102,11 @@ class AcceptAnyAuthenticator:
         return (*PASSWORD_MECHANISMS, EXTERNAL) if tls else PASSWORD_MECHANISMS
 
     def authenticate(
-        self, mechanism: str, response: bytes, peer_certificate: bytes | None = None
+        self,
+        mechanism: str,
+        response: bytes,
+        peer_certificate: bytes | None = None,
+        peer_host: str | None = None,
     ) -> Principal:
         if mechanism == EXTERNAL:
             try:
@@ -101,22 +128,34 @@ class AcceptAnyAuthenticator:
 
 class ConfiguredAuthenticator:
     """authenticationEnabled=true: `tokens` set for the token provider, `external_principal_from`
-    set for the tls provider."""
+    set for the tls provider, `users` for the password provider (with `loopback_users`, who
+    may log in by password only from a loopback address, RabbitMQ's `loopback_users`)."""
 
     def __init__(
-        self, tokens: TokenVerifier | None, external_principal_from: str | None = None
+        self,
+        tokens: TokenVerifier | None,
+        external_principal_from: str | None = None,
+        users: UserDirectory | None = None,
+        loopback_users: tuple[str, ...] = ("guest",),
     ) -> None:
         self.tokens = tokens
         self.external_principal_from = external_principal_from
+        self.users = users
+        self.loopback_users = loopback_users
 
     def mechanisms(self, tls: bool) -> tuple[str, ...]:
-        offered: tuple[str, ...] = PASSWORD_MECHANISMS if self.tokens is not None else ()
+        passwords = self.tokens is not None or self.users is not None
+        offered: tuple[str, ...] = PASSWORD_MECHANISMS if passwords else ()
         if tls and self.external_principal_from is not None:
             offered = (*offered, EXTERNAL)
         return offered
 
     def authenticate(
-        self, mechanism: str, response: bytes, peer_certificate: bytes | None = None
+        self,
+        mechanism: str,
+        response: bytes,
+        peer_certificate: bytes | None = None,
+        peer_host: str | None = None,
     ) -> Principal:
         if mechanism == EXTERNAL and self.external_principal_from is not None:
             if peer_certificate is None:
@@ -124,17 +163,54 @@ class ConfiguredAuthenticator:
             return Principal(
                 certificate_principal(peer_certificate, self.external_principal_from), mechanism
             )
-        if mechanism in PASSWORD_MECHANISMS and self.tokens is not None:
+        if mechanism in PASSWORD_MECHANISMS and (self.tokens is not None or self.users is not None):
             try:
-                password = parse_credentials(mechanism, response).password
+                credentials = parse_credentials(mechanism, response)
             except MalformedResponse:
                 # The parser's details could quote bytes of the password.
                 raise AuthenticationFailed(f"malformed {mechanism} response") from None
-            verified = self.tokens.verify(password)
+            if self.users is not None:
+                user = self._stored_user(credentials.username)
+                if user is not None:
+                    return self._password_login(user, credentials.password, mechanism, peer_host)
+                if self.tokens is None:
+                    raise AuthenticationFailed(f"user '{credentials.username}' does not exist")
+            assert self.tokens is not None
+            verified = self.tokens.verify(credentials.password)
             return Principal(verified.principal, mechanism, verified.expires_at)
         raise AuthenticationFailed(f"mechanism {mechanism} is not enabled")
 
+    def _stored_user(self, name: str) -> User | None:
+        """The user named `name` as ZooKeeper has it now: logins are rare next to messages,
+        and a password changed or a user deleted a moment ago must count at once. While
+        ZooKeeper is away, the watched copy answers."""
+        assert self.users is not None
+        try:
+            return self.users.lookup(name, fresh=True)
+        except (MetadataUnavailable, RecordError) as e:  # refuse; the log says why
+            raise AuthenticationFailed(f"cannot read user '{name}': {e}") from None
+
+    def _password_login(
+        self, user: User, password: str, mechanism: str, peer_host: str | None
+    ) -> Principal:
+        if not user.check_password(password):
+            raise AuthenticationFailed(f"invalid credentials for user '{user.name}'")
+        if not may_connect_from(user.name, peer_host, self.loopback_users):
+            # RabbitMQ's log line for it.
+            raise LoopbackOnly(f"user '{user.name}' can only connect via localhost")
+        return Principal(user.name, mechanism, tags=user.tags, by_password=True)
+
     def update_secret(self, principal: Principal, secret: bytes) -> Principal:
+        if principal.by_password:
+            # RabbitMQ's internal backend re-checks the (same user's) password.
+            try:
+                password = secret.decode("utf-8")
+            except UnicodeDecodeError:
+                raise AuthenticationFailed("the new secret is not UTF-8") from None
+            user = self._stored_user(principal.name)
+            if user is None or not user.check_password(password):
+                raise AuthenticationFailed(f"new secret of '{principal.name}' is not its password")
+            return replace(principal, tags=user.tags)
         if principal.mechanism not in PASSWORD_MECHANISMS or self.tokens is None:
             raise AuthenticationFailed(
                 f"'{principal.name}' logged in with {principal.mechanism}, which has no secret "
@@ -149,8 +225,11 @@ class ConfiguredAuthenticator:
         return replace(principal, expires_at=verified.expires_at)
 
 
-def build_authenticator(config: StarlightConfig) -> Authenticator:
-    """The authenticator the configuration asks for, with its keys loaded.
+def build_authenticator(
+    config: StarlightConfig, users: UserDirectory | None = None
+) -> Authenticator:
+    """The authenticator the configuration asks for, with its keys loaded; `users` is where
+    the password provider finds users (required when it is on).
 
     Raises ConfigError naming the key whose value cannot be used."""
     if not config.authentication_enabled:
@@ -185,4 +264,8 @@ def build_authenticator(config: StarlightConfig) -> Authenticator:
     external = (
         config.tls_external_principal_from if "tls" in config.authentication_providers else None
     )
-    return ConfiguredAuthenticator(tokens, external)
+    if "password" not in config.authentication_providers:
+        users = None
+    elif users is None:
+        raise ConfigError("authenticationProviders", "the password provider needs a user store")
+    return ConfiguredAuthenticator(tokens, external, users, config.loopback_users)

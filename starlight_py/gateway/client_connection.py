@@ -51,6 +51,7 @@ from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.queue_lengths import ConnectionLengthChecks
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.zookeeper import MetadataUnavailable
+from starlight_py.model.addresses import host_port
 from starlight_py.structured_logging import current_connection
 from starlight_py.units import SECONDS
 
@@ -273,8 +274,8 @@ class ClientConnection:
         if result is not None:
             await result
 
-    def _on_login(self, event: ev.LoginRequested) -> None:
-        self._login(event)
+    async def _on_login(self, event: ev.LoginRequested) -> None:
+        await self._login(event)
 
     async def _on_open(self, event: ev.OpenRequested) -> None:
         if self.refusal is not None:
@@ -282,7 +283,12 @@ class ClientConnection:
         user = self.principal.name if self.principal else ""
         access = AccessControl(self.services.permissions, event.virtual_host, user)
         # Before open_vhost: a user without access must not create vhosts or namespaces.
-        await access.check_vhost()
+        try:
+            await access.check_vhost()
+        except NotAllowed:
+            # RabbitMQ says a missing vhost is missing before it looks at the user's access.
+            await self.services.refuse_missing_vhost(event.virtual_host)
+            raise
         namespace = await self.services.open_vhost(event.virtual_host)
         self.vhost = VhostContext(
             event.virtual_host,
@@ -358,10 +364,15 @@ class ClientConnection:
         ev.ErrorRaised: _on_error_raised,
     }
 
-    def _login(self, event: ev.LoginRequested) -> None:
+    async def _login(self, event: ev.LoginRequested) -> None:
         try:
-            self.principal = self.services.authenticator.authenticate(
-                event.mechanism, event.response, self.peer_certificate
+            # In a worker thread: a password login may ask ZooKeeper for the user.
+            self.principal = await trio.to_thread.run_sync(
+                self.services.authenticator.authenticate,
+                event.mechanism,
+                event.response,
+                self.peer_certificate,
+                host_port(self.peer)[0],
             )
         except AuthenticationFailed as e:
             self._log.warning("%s: login refused from %s: %s", self.id, self.peer, e)
@@ -381,14 +392,17 @@ class ClientConnection:
             remaining = principal.expires_at - time.time()
             self._credential_deadline = trio.current_time() + max(0.0, remaining)
 
-    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+    async def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
         """connection.update-secret (RabbitMQ's extension for renewing OAuth 2 tokens): a
         refused secret closes the connection with 530, as RabbitMQ does."""
         assert self.principal is not None
         secret = method.new_secret or b""
         raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         try:
-            principal = self.services.authenticator.update_secret(self.principal, raw)
+            # In a worker thread: a password user's secret is checked against ZooKeeper.
+            principal = await trio.to_thread.run_sync(
+                self.services.authenticator.update_secret, self.principal, raw
+            )
         except AuthenticationFailed as e:
             self._log.warning("%s: secret update refused from %s: %s", self.id, self.peer, e)
             raise NotAllowed(
@@ -404,7 +418,7 @@ class ClientConnection:
     async def _method(self, event: ev.MethodReceived) -> None:
         method = event.method
         if isinstance(method, commands.Connection.UpdateSecret):
-            self._update_secret(method)
+            await self._update_secret(method)
             return
         session = self.channels.get(event.channel)
         if session is not None and self.vhost is not None and self.messages is not None:

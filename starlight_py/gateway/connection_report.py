@@ -10,6 +10,7 @@ from typing import Any
 
 from starlight_py.admin.definitions import json_value
 from starlight_py.gateway.client_connection import ClientConnection
+from starlight_py.model.addresses import host_port
 
 NODE = "starlight@proxy"  # as the management API names the node (management/shapes.py)
 
@@ -19,20 +20,14 @@ def connection_name(connection: ClientConnection) -> str:
     return f"{connection.peer} -> {connection.local}"
 
 
-def _host_port(address: str) -> tuple[str, int | None]:
-    address = address.split(" (via ", 1)[0]
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port) if port.isdigit() else None
-
-
 def describe_connections(
     connections: Iterable[ClientConnection], proxy_id: str
 ) -> list[dict[str, Any]]:
     report = []
     for connection in connections:
         name = connection_name(connection)
-        peer_host, peer_port = _host_port(connection.peer)
-        host, port = _host_port(connection.local)
+        peer_host, peer_port = host_port(connection.peer)
+        host, port = host_port(connection.local)
         vhost = connection.vhost.vhost if connection.vhost is not None else None
         user = connection.principal.name if connection.principal is not None else ""
         amqp = connection.conn

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -57,6 +58,7 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.metadata.records import Paths
+from starlight_py.metadata.users import UserCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName, NamespaceRules
 from starlight_py.model.naming import TopicName
@@ -105,6 +107,8 @@ class ProxyServices:
     cleaner: SubscriptionCleaner | None = None
     # Checked on every operation when authentication is enabled; None: nobody is checked.
     permissions: PermissionCache | None = None
+    # The password provider's watched users; None when that provider is off.
+    users: UserCache | None = None
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     connections: set[ClientConnection] = field(default_factory=set)
     requeued: RequeuedPositions = field(default_factory=RequeuedPositions)
@@ -147,12 +151,29 @@ class ProxyServices:
                 held_of=self.held.of,
             )
 
+    def user_deleted(self, name: str) -> None:
+        """Runs on kazoo's thread: only schedules work on trio's."""
+        if self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(close_user_connections, self, name)
+
     def topology_changed(self) -> None:
         """Runs on kazoo's thread: only schedules work on trio's."""
         for listener in list(self.change_listeners):
             self._token.run_sync_soon(listener)
 
     _token: Any = None
+
+    async def refuse_missing_vhost(self, vhost: str) -> None:
+        """Raises NotAllowed (530, "vhost ... not found") when connection.open of `vhost`
+        would find no vhost to open: no record and, without amqpAutoCreateNamespaces, no
+        Pulsar namespace. Creates nothing."""
+        try:
+            record = await trio.to_thread.run_sync(self.topology.get_vhost, vhost)
+        except MetadataUnavailable:
+            return
+        if record is None and not self.vhosts.auto_create:
+            await self.vhosts.resolve(vhost)
 
     async def open_vhost(self, vhost: str) -> NamespaceName:
         """The namespace of a vhost for connection.open: an existing record (an explicit
@@ -183,18 +204,25 @@ class ProxyServices:
 
 def build_services(config: StarlightConfig) -> ProxyServices:
     """Raises ConfigError when the authentication keys cannot be used."""
-    authenticator = build_authenticator(config)
+    zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
+    paths = Paths(config.metadata_root)
+    users = (
+        UserCache(zookeeper, paths)
+        if config.authentication_enabled and "password" in config.authentication_providers
+        else None
+    )
+    authenticator = build_authenticator(config, users)
     if not config.authentication_enabled:
         log.warning(
             "AUTHENTICATION IS DISABLED (authenticationEnabled=false): any client that can "
             "reach the listeners gets in with any credentials, and no permissions are checked"
         )
-    elif "token" in config.authentication_providers and any(
+    elif {"token", "password"} & set(config.authentication_providers) and any(
         listener.scheme == "amqp" for listener in config.listeners
     ):
         log.warning(
-            "tokens sent to amqp:// listeners travel in clear text: anyone on the network "
-            "path can replay them until they expire; prefer amqps:// listeners"
+            "passwords and tokens sent to amqp:// listeners travel in clear text: anyone on "
+            "the network path can read them; prefer amqps:// listeners"
         )
     elif any(listener.scheme == "amqp" for listener in config.listeners):
         log.warning(
@@ -227,8 +255,6 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     )
     admin = PulsarAdmin.from_config(config)
     vhosts = VhostResolver(rules, admin, config.auto_create_namespaces)
-    zookeeper = ZooKeeperClient(config.zookeeper_servers, config.zookeeper_session_timeout)
-    paths = Paths(config.metadata_root)
     backend = PulsarBackend.from_config(config)
     proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
     ephemerals = EphemeralNodes(zookeeper, proxy_id)
@@ -247,7 +273,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     )
     producers = ProducerPool(backend, config.producer_idle_timeout)
     permissions = PermissionCache(zookeeper, paths) if config.authentication_enabled else None
-    return ProxyServices(
+    services = ProxyServices(
         config,
         settings,
         authenticator,
@@ -262,8 +288,12 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         ephemerals,
         cleaner,
         permissions=permissions,
+        users=users,
         limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip),
     )
+    if users is not None:
+        users.on_removed = services.user_deleted
+    return services
 
 
 AnyListener = trio.SocketListener | TlsListener
@@ -372,6 +402,8 @@ async def serve(
             nursery.start_soon(_in_thread_until_cancelled, services.cache.start)
             if services.permissions is not None:
                 nursery.start_soon(_in_thread_until_cancelled, services.permissions.start)
+            if services.users is not None:
+                nursery.start_soon(_in_thread_until_cancelled, services.users.start)
             await _serve(config, services, tls, shutdown, task_status)
             nursery.cancel_scope.cancel()
     finally:
@@ -379,6 +411,8 @@ async def serve(
             services.cache.close()
             if services.permissions is not None:
                 services.permissions.close()
+            if services.users is not None:
+                services.users.close()
             await trio.to_thread.run_sync(services.producers.close)
             await trio.to_thread.run_sync(services.backend.close)
             await trio.to_thread.run_sync(services.zookeeper.stop)
@@ -396,6 +430,14 @@ def live_counts(services: ProxyServices) -> LiveCounts:
             seen = by_vhost.get(c.vhost.vhost, (0, 0))
             by_vhost[c.vhost.vhost] = (seen[0] + 1, seen[1] + len(c.channels))
     return LiveCounts(len(connections), channels, consumers, len(services.producers), by_vhost)
+
+
+def close_user_connections(services: ProxyServices, name: str) -> None:
+    """A password user was deleted: close its connections with RabbitMQ's 320."""
+    for connection in list(services.connections):
+        principal = connection.principal
+        if principal is not None and principal.by_password and principal.name == name:
+            connection.force_close(ConnectionForced(f"user '{name}' is deleted"))
 
 
 def close_connection(services: ProxyServices, name: str, reason: str) -> bool:

@@ -31,6 +31,7 @@ from starlight_py.management.http_server import HttpRequest, HttpResponse
 from starlight_py.management.rates import CountRates
 from starlight_py.management.routing import Router, parse_target
 from starlight_py.management.shapes import json_body
+from starlight_py.model.addresses import host_port
 
 if TYPE_CHECKING:
     from starlight_py.gateway.server import ProxyServices
@@ -114,11 +115,15 @@ class ManagementApi:
             raise ObjectNotFound()
         matched = self.router.match(request.method, target.segments)
         services = self.context.services
-        user = log_in(
+        # In a worker thread: a password login may ask ZooKeeper for the user.
+        user = await trio.to_thread.run_sync(
+            log_in,
             request.headers.get("authorization"),
             services.authenticator,
             services.permissions,
             services.config.management_administrators,
+            host_port(request.peer)[0] if request.peer else None,
+            limiter=self._threads,
         )
         call = ApiCall(self.context, request, matched.params, target.query, user)
         endpoint = matched.handler

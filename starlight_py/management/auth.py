@@ -13,6 +13,7 @@ import binascii
 from dataclasses import dataclass
 
 from starlight_py.auth.authenticator import AuthenticationFailed, Authenticator
+from starlight_py.auth.errors import LoopbackOnly
 from starlight_py.management.errors import LoginFailed, NotAuthorised
 from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.model.permissions import (
@@ -21,6 +22,7 @@ from starlight_py.model.permissions import (
     refusal_text,
     vhost_refusal_text,
 )
+from starlight_py.model.users import ADMINISTRATOR_TAG, MANAGEMENT_TAGS
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,13 @@ class ApiUser:
     credentials: Credentials
     permissions: PermissionCache | None = None
     administrator: bool = True
+    # A password user's own tags (RabbitMQ's /api/whoami shows them).
+    user_tags: tuple[str, ...] | None = None
 
     @property
     def tags(self) -> list[str]:
+        if self.user_tags is not None:
+            return list(self.user_tags)
         return ["administrator"] if self.administrator else ["management"]
 
     def may_use_vhost(self, vhost: str) -> bool:
@@ -80,6 +86,8 @@ class ApiUser:
     def require_administrator(self) -> None:
         """Raises NotAuthorised unless the user may act on the whole cluster."""
         if not self.administrator:
+            if self.user_tags is not None:
+                raise NotAuthorised("Not administrator user")  # RabbitMQ's text
             raise NotAuthorised(f"'{self.name}' is not in managementAdministrators")
 
 
@@ -88,14 +96,24 @@ def log_in(
     authenticator: Authenticator,
     permissions: PermissionCache | None,
     administrators: tuple[str, ...],
+    peer_host: str | None = None,
 ) -> ApiUser:
-    """The caller of a request with this Authorization header. Raises LoginFailed."""
+    """The caller of a request with this Authorization header, from `peer_host`: an
+    administrator when named in `administrators` or, for a password user, tagged
+    `administrator`. Blocking (may ask ZooKeeper for the user). Raises LoginFailed, and
+    NotAuthorised for a password user without a management tag (as RabbitMQ)."""
     credentials = basic_credentials(header)
     response = b"\x00" + credentials.username.encode() + b"\x00" + credentials.password.encode()
     try:
-        principal = authenticator.authenticate("PLAIN", response)
+        principal = authenticator.authenticate("PLAIN", response, None, peer_host)
+    except LoopbackOnly:
+        raise NotAuthorised("User can only log in via localhost") from None  # RabbitMQ's
     except AuthenticationFailed:
         raise LoginFailed() from None
+    tags = principal.tags if principal.by_password else None
+    if tags is not None and not MANAGEMENT_TAGS & set(tags):
+        raise NotAuthorised("Not management user")  # RabbitMQ's answer, 401
     if permissions is None:
-        return ApiUser(principal.name, credentials)
-    return ApiUser(principal.name, credentials, permissions, principal.name in administrators)
+        return ApiUser(principal.name, credentials, user_tags=tags)
+    administrator = principal.name in administrators or ADMINISTRATOR_TAG in principal.tags
+    return ApiUser(principal.name, credentials, permissions, administrator, tags)

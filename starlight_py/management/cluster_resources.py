@@ -1,7 +1,6 @@
 """/api/nodes (the live proxies, from the proxy registry), /api/policies (starlight-py has
 no policies: queue and exchange arguments carry what policies set on RabbitMQ, so lists are
-empty and writes are refused with the reason) and /api/users (no users are stored: the
-principals with permissions are listed, writes are refused)."""
+empty and writes are refused with the reason)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from starlight_py.management.api import Answer, ApiCall
 from starlight_py.management.errors import BadRequest, ObjectNotFound
 from starlight_py.management.shapes import listed
 from starlight_py.management.vhost_access import usable_vhost
-from starlight_py.metadata.permissions import PermissionStore
 
 POLICIES_UNSUPPORTED = (
     "policies are not supported by starlight-py: set the equivalent x-arguments when "
@@ -57,50 +55,3 @@ def get_policy(call: ApiCall) -> Answer:
 
 def put_policy(call: ApiCall) -> Answer:
     raise BadRequest(POLICIES_UNSUPPORTED)
-
-
-# ---- users --------------------------------------------------------------------------------
-
-USERS_UNSUPPORTED = (
-    "users are not stored by starlight-py: clients log in with tokens (starlight-admin token "
-    "create) or certificates; give a principal permissions with PUT /api/permissions"
-)
-
-
-def _users(call: ApiCall) -> list[dict[str, object]]:
-    """The principals that have permissions somewhere, and the administrators: as close to
-    RabbitMQ's users as there is here (no passwords)."""
-    call.user.require_administrator()
-    services = call.context.services
-    names = {
-        principal
-        for _, principal, _ in PermissionStore(services.zookeeper, services.topology.paths).list()
-    }
-    administrators = set(services.config.management_administrators)
-    names |= administrators
-    return [
-        {
-            "name": name,
-            "password_hash": "",
-            "hashing_algorithm": "",
-            "tags": ["administrator"] if name in administrators else [],
-            "limits": {},
-        }
-        for name in sorted(names)
-    ]
-
-
-def list_users(call: ApiCall) -> Answer:
-    return Answer(200, listed(_users(call), call.query))
-
-
-def get_user(call: ApiCall) -> Answer:
-    for user in _users(call):
-        if user["name"] == call.params["user"]:
-            return Answer(200, user)
-    raise ObjectNotFound()
-
-
-def put_user(call: ApiCall) -> Answer:
-    call.user.require_administrator()
-    raise BadRequest(USERS_UNSUPPORTED)

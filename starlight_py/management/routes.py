@@ -14,6 +14,7 @@ from starlight_py.management import (
     messages,
     overview,
     queues,
+    users,
 )
 from starlight_py.management.api import ApiContext, Endpoint, ManagementApi
 from starlight_py.management.routing import Router
@@ -88,12 +89,12 @@ def build_router() -> Router[Endpoint]:
         DELETE=definitions.delete_permission,
     )
     r.add("/api/users/{user}/permissions", GET=definitions.list_permissions)
-    r.add("/api/users", GET=cluster_resources.list_users)
+    r.add("/api/users", GET=users.list_users)
     r.add(
         "/api/users/{user}",
-        GET=cluster_resources.get_user,
-        PUT=cluster_resources.put_user,
-        DELETE=cluster_resources.put_user,
+        GET=users.get_user,
+        PUT=users.put_user,
+        DELETE=users.remove_user,
     )
 
     r.add("/api/nodes", GET=cluster_resources.list_nodes)

@@ -16,6 +16,7 @@ Layout under the root (default `/starlight`), version 1:
     {root}/v1/vhosts/{vhost}/retired/{subscription}   RetiredSubscription
     {root}/v1/permissions/{vhost}                     (empty: the vhost's principals)
     {root}/v1/permissions/{vhost}/{principal}         PermissionRecord
+    {root}/v1/users/{name}                            User (password users, model/users.py)
     {root}/v1/proxies/{proxy-id}                      ProxyRecord (ephemeral)
     {root}/v1/cleaner/candidate-{sequence}            (ephemeral: SubscriptionCleaner election)
 
@@ -42,6 +43,7 @@ from starlight_py.model.naming import escape
 from starlight_py.model.permissions import Permission
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.topology import Exchange, Queue
+from starlight_py.model.users import User
 
 SCHEMA_VERSION = 1
 
@@ -145,6 +147,13 @@ class Paths:
 
     def permission(self, vhost: str, principal: str) -> str:
         return f"{self.vhost_permissions(vhost)}/{segment(principal)}"
+
+    @property
+    def users(self) -> str:
+        return f"{self.root}/v1/users"
+
+    def user(self, name: str) -> str:
+        return f"{self.users}/{segment(name)}"
 
     @property
     def proxies(self) -> str:
@@ -337,6 +346,9 @@ def encode(record: object) -> bytes:
             "principal": record.principal,
             "permission": record.permission.to_json(),
         }
+    elif isinstance(record, User):
+        body = {"kind": "user", **record.to_json()}
+        del body["limits"]
     elif isinstance(record, Exchange):
         body = {
             "kind": "exchange",
@@ -413,6 +425,7 @@ def decode(
     | RetiredSubscription
     | PermissionRecord
     | ExchangeBinding
+    | User
 ):
     """Parse a record; raises RecordError for corrupt data or an unknown schema."""
     try:
@@ -428,6 +441,8 @@ def decode(
             return PermissionRecord(
                 body["vhost"], body["principal"], Permission.from_json(body["permission"])
             )
+        if kind == "user":
+            return User.from_json(body)
         if kind == "exchange":
             return Exchange(
                 body["name"],

@@ -493,7 +493,7 @@ def test_vhost_create_and_delete(management: Management) -> None:
     assert management.call("DELETE", path).status == 404
 
 
-def test_users_are_the_principals_with_permissions(management: Management) -> None:
+def test_users_are_stored_users_and_the_principals_with_permissions(management: Management) -> None:
     if management.is_rabbitmq:
         assert "guest" in {u["name"] for u in management.call("GET", "/api/users").body}
         return
@@ -511,8 +511,16 @@ def test_users_are_the_principals_with_permissions(management: Management) -> No
             "limits": {},
         } in users
         assert management.call("GET", f"/api/users/{user}").body["name"] == user
-        refused = management.call("PUT", f"/api/users/{user}", {"password": "x", "tags": ""})
-        assert (refused.status, refused.body["error"]) == (400, "bad_request")
+        # Storing a password makes it a user of its own (test_security_users.py).
+        assert (
+            management.call("PUT", f"/api/users/{user}", {"password": "x", "tags": ""}).status
+            == 201
+        )
+        stored = management.call("GET", f"/api/users/{user}").body
+        assert stored["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+        assert management.call("DELETE", f"/api/users/{user}").status == 204
+        # Its permissions went with it, as RabbitMQ's delete_user does.
+        assert management.call("GET", f"/api/permissions/%2F/{user}").body == NOT_FOUND
     finally:
         management.call("DELETE", f"/api/permissions/%2F/{user}")
     assert management.call("GET", f"/api/users/{user}").body == NOT_FOUND

@@ -99,6 +99,12 @@ def test_standalone_serves_clients_and_stops_everything(
         )
         assert connection.channel().is_open
         connection.close()
+        # Like a fresh RabbitMQ: guest/guest was created, other credentials are refused.
+        assert any("created user 'guest'" in line for line in output), output
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(
+                pika.URLParameters(f"amqp://guest:wrong@127.0.0.1:{amqp_port}/%2F")
+            )
         # A vhost nobody created is refused, as RabbitMQ does, and not made on the fly (a
         # typo must not turn into a namespace); the error says how to make one.
         with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:

@@ -126,6 +126,7 @@ def test_every_key_is_read_from_its_env_var() -> None:
         "authenticationProviders": (
             "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
         ),
+        "loopbackUsers": "guest, admin",
         "tokenSecretKey": "data:;base64,c2VjcmV0",
         "tokenPublicKey": "file:///etc/starlight/public.key",
         "tokenPublicAlg": "ES256",
@@ -190,6 +191,7 @@ def test_every_key_is_read_from_its_env_var() -> None:
         cleaner_max_actions=3,
         authentication_enabled=True,
         authentication_providers=("token",),
+        loopback_users=("guest", "admin"),
         token_secret_key="data:;base64,c2VjcmV0",
         token_public_key="file:///etc/starlight/public.key",
         token_public_alg="ES256",

@@ -477,6 +477,7 @@ def test_the_paths_are_the_layout_records_py_documents() -> None:
             PATHS.permission(vhost, "CN=app/1"),
             {"principal": segment("CN=app/1")},
         ),
+        "{root}/v1/users/{name}": (PATHS.user("CN=app/1"), {"name": segment("CN=app/1")}),
         "{root}/v1/proxies/{proxy-id}": (PATHS.proxy("host-1-ab"), {"proxy-id": "host-1-ab"}),
         "{root}/v1/cleaner/candidate-{sequence}": (
             f"{PATHS.cleaner_election}/candidate-0000000007",
