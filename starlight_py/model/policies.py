@@ -176,6 +176,11 @@ def parse_policy(vhost: str, name: str, body: Mapping[str, Any]) -> Policy:
     return Policy(vhost, name, pattern, dict(definition), apply_to, priority)
 
 
+def unsupported_keys(definition: Mapping[str, Any]) -> list[str]:
+    """The keys of a definition that RabbitMQ knows and starlight-py cannot apply."""
+    return sorted(key for key in definition if key in UNSUPPORTED_KEYS)
+
+
 def check_definition(definition: Mapping[str, Any]) -> None:
     """Raises PolicyInvalid for a definition RabbitMQ refuses (empty, unknown keys, bad
     values) or one starlight-py cannot apply (UNSUPPORTED_KEYS)."""
