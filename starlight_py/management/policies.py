@@ -6,9 +6,14 @@ proxy's topology cache). Setting and clearing need an administrator (RabbitMQ: t
 from __future__ import annotations
 
 from starlight_py.management.api import CREATED, NO_CONTENT, Answer, ApiCall
-from starlight_py.management.errors import BadRequest, ObjectNotFound
+from starlight_py.management.errors import BadRequest, NotFoundError, ObjectNotFound
 from starlight_py.management.shapes import listed
-from starlight_py.management.vhost_access import usable_vhost, visible_vhosts
+from starlight_py.management.vhost_access import (
+    DEFAULT_VHOST,
+    ensure_default_vhost,
+    usable_vhost,
+    visible_vhosts,
+)
 from starlight_py.metadata.policies import PolicyStore
 from starlight_py.model.policies import PolicyInvalid, parse_policy
 
@@ -35,7 +40,13 @@ def get_policy(call: ApiCall) -> Answer:
 def put_policy(call: ApiCall) -> Answer:
     """201 when new, 204 when it replaced one; 400 with RabbitMQ's validation text."""
     call.user.require_administrator()
-    record = usable_vhost(call, call.params["vhost"])
+    vhost = call.params["vhost"]
+    if vhost == DEFAULT_VHOST:
+        ensure_default_vhost(call)
+    record = call.context.services.topology.get_vhost(vhost)
+    if record is None:
+        raise NotFoundError("vhost_not_found")  # as RabbitMQ: not its usual 404 body
+    call.user.require_vhost(vhost)
     try:
         policy = parse_policy(record.name, call.params["name"], call.body())
     except PolicyInvalid as e:
