@@ -3,7 +3,7 @@ RabbitMQ's when STARLIGHT_TEST_MANAGEMENT_URL and STARLIGHT_TEST_AMQP_URL are se
 test body serves both), applied to queues and exchanges that already exist, combined with
 declared arguments by RabbitMQ's precedence; and `starlight-admin policy` (proxy only).
 
-A policy reaches a proxy through its topology cache's watch, and RabbitMQ's queues through a
+A policy reaches every proxy through its topology cache's watch, and RabbitMQ's queues through a
 message to the queue process; each test first waits until GET /api/queues (or exchanges)
 names the policy, as an operator would.
 """
@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from starlight_py.local import ServiceEndpoints
 from tests.support.admin_cli import AdminCLI
@@ -99,9 +99,14 @@ def publish(channel: BlockingChannel, exchange: str, key: str, *bodies: bytes) -
 # ---- behaviour (both brokers) -----------------------------------------------------------------
 
 
-def test_a_policy_message_ttl_expires_messages_of_an_existing_queue(
-    management: Management, channel: BlockingChannel, names: Created, set_policy: PolicySetter
+def test_a_policy_message_ttl_expires_messages_of_an_existing_queue_on_every_proxy(
+    management: Management,
+    connection: BlockingConnection,
+    names: Created,
+    set_policy: PolicySetter,
 ) -> None:
+    # `connection` is to another proxy than the management API's (the same RabbitMQ).
+    channel = confirming_channel(connection)
     queue, control = names.queue(), names.queue("control")
     for each in (queue, control):
         channel.queue_declare(each, durable=True)
