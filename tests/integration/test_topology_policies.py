@@ -369,3 +369,37 @@ def test_admin_policy_commands(
         assert admin.run("policy", "clear", name).code == 1
     finally:
         admin.run("policy", "clear", name)
+
+
+def test_a_policy_expires_deletes_an_unused_queue(
+    management: Management, request: pytest.FixtureRequest
+) -> None:
+    """Proxy only: RabbitMQ's queue expiry is the same test with a long wait; the proxy's
+    cleaner runs often here (the x-expires tests: test_cluster_lifecycle.py)."""
+    if management.is_rabbitmq:
+        pytest.skip("needs a proxy whose cleaner runs every 200 ms")
+    services: ServiceEndpoints = request.getfixturevalue("services")
+    start_proxy: Callable[..., Any] = request.getfixturevalue("start_proxy")
+    admin = AdminCLI(services)
+    proxy = start_proxy(
+        **admin.proxy_settings,
+        subscriptionCleanerIntervalMillis="200",
+        subscriptionCleanerGracePeriodMillis="600",
+    )
+    idle, kept = unique("idle", NAME_PREFIX), unique("kept", NAME_PREFIX)
+    connection = pika.BlockingConnection(pika.URLParameters(proxy.amqp_url()))
+    try:
+        channel = connection.channel()
+        for each in (idle, kept):
+            channel.queue_declare(each, durable=True)
+        admin.ok("policy", "set", "short", f"^{idle}$", '{"expires": 1500}')
+
+        def listed() -> set[str]:
+            return {row["name"] for row in admin.json("queue", "list")}
+
+        deadline = time.monotonic() + 20
+        while idle in listed() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert listed() >= {kept} and idle not in listed()
+    finally:
+        connection.close()
