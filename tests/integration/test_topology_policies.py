@@ -11,6 +11,7 @@ names the policy, as an operator would.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -192,6 +193,17 @@ def test_the_smaller_limit_wins_and_a_declared_dead_letter_key_wins(
     assert wait_for_count(channel, tight, 1, timeout=TRIMMED) == 1
     assert drain(channel, tight, 1) == bodies[3:]
     assert sorted(drain(channel, by_policy, 3, timeout=TRIMMED)) == bodies[:3]
+
+
+def test_exclusive_server_named_queues_get_policies_too(
+    management: Management, channel: BlockingChannel, set_policy: PolicySetter
+) -> None:
+    queue = channel.queue_declare("", exclusive=True).method.queue
+    policy = set_policy(f"^{re.escape(queue)}$", {"max-length": 1}, "queues")
+    applied(management, "queues", queue, policy)
+    publish(channel, "", queue, b"a", b"b", b"c")
+    assert wait_for_count(channel, queue, 1, timeout=TRIMMED) == 1
+    assert drain(channel, queue, 1) == [b"c"]
 
 
 def test_only_the_highest_priority_policy_applies(
