@@ -121,6 +121,28 @@ def test_a_policy_message_ttl_expires_messages_of_an_existing_queue_on_every_pro
     assert drain(channel, queue, 0) == []
 
 
+def test_the_smaller_message_ttl_wins_either_way(
+    management: Management, channel: BlockingChannel, names: Created, set_policy: PolicySetter
+) -> None:
+    stem = unique("ttl", NAME_PREFIX)
+    by_policy, by_argument = f"{stem}-policy", f"{stem}-argument"
+    names.queues += [by_policy, by_argument]
+    channel.queue_declare(by_policy, durable=True, arguments={"x-message-ttl": 600_000})
+    channel.queue_declare(by_argument, durable=True, arguments={"x-message-ttl": TTL_MS})
+    policy = set_policy(f"^{stem}-", {"message-ttl": TTL_MS})
+    for each in (by_policy, by_argument):
+        applied(management, "queues", each, policy)
+    publish(channel, "", by_policy, b"expires by the policy")
+    time.sleep(5 * TTL_MS / 1000)
+    assert drain(channel, by_policy, 0) == []
+    assert management.call("DELETE", f"/api/policies/%2F/{policy}").status == 204
+    longer = set_policy(f"^{stem}-", {"message-ttl": 600_000})
+    applied(management, "queues", by_argument, longer)
+    publish(channel, "", by_argument, b"expires by the argument")
+    time.sleep(5 * TTL_MS / 1000)
+    assert drain(channel, by_argument, 0) == []
+
+
 def test_a_policy_dead_letter_exchange_takes_rejected_messages(
     management: Management, channel: BlockingChannel, names: Created, set_policy: PolicySetter
 ) -> None:
