@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlight_py.model.streams import is_stream
 from starlight_py.model.topology import ALTERNATE_EXCHANGE_ARGUMENT
 
 APPLY_TO = ("queues", "exchanges", "all")
@@ -223,13 +224,17 @@ def effective_queue_arguments(
     """The queue's arguments with its policy's definition combined in (as `x-` arguments),
     by RabbitMQ 3.10's precedence."""
     combined = dict(arguments)
-    for key in SMALLER_WINS:
+    # A stream takes only its retention from a policy (RabbitMQ 3.10's stream queues read
+    # max-length-bytes, max-age and segment size; the others do not apply to streams).
+    smaller_wins = ("max-length-bytes",) if is_stream(arguments) else SMALLER_WINS
+    argument_wins = () if is_stream(arguments) else ARGUMENT_WINS
+    for key in smaller_wins:
         if key in definition:
             declared = combined.get(f"x-{key}")
             value = definition[key]
             valid = _is_int(declared)
             combined[f"x-{key}"] = min(declared, value) if valid else value
-    for key in ARGUMENT_WINS:
+    for key in argument_wins:
         if key in definition:
             combined.setdefault(f"x-{key}", definition[key])
     return combined

@@ -178,6 +178,11 @@ def test_the_smaller_limit_wins_and_declared_names_win() -> None:
         "x-overflow": "drop-head",
     }
     assert effective_queue_arguments({"x-max-length": 1}, {}) == {"x-max-length": 1}
+    stream = {"x-queue-type": "stream"}
+    assert effective_queue_arguments(stream, definition) == {
+        "x-queue-type": "stream",
+        "x-max-length-bytes": 100,  # a stream's retention; the rest is not for streams
+    }
     assert effective_exchange_arguments({}, {"alternate-exchange": "ae"}) == {
         "alternate-exchange": "ae"
     }
