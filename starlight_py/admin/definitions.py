@@ -3,8 +3,10 @@ the topology in ZooKeeper.
 
 What maps: users (their RabbitMQ `password_hash` unchanged, so they log in with the same
 password; limits are dropped), vhosts, exchanges, queues, bindings of exchanges to queues
-and to exchanges, permissions. What does not, and is reported instead of silently dropped:
-policies, parameters, topic permissions.
+and to exchanges, permissions, policies. What does not, and is reported instead of silently
+dropped (the import then fails unless told to skip it): policies with keys starlight-py
+cannot apply (`ha-mode`, ...), parameters (federation, shovels, operator policies), global
+parameters, topic permissions.
 The predeclared `amq.*` exchanges and the default exchange's implicit bindings are not
 listed, as in RabbitMQ's export. A vhost's Pulsar namespace travels in its `metadata` as
 `starlight_namespace`, which RabbitMQ ignores, so export -> import keeps explicit mappings.
@@ -23,10 +25,12 @@ from starlight_py.admin import inventory
 from starlight_py.admin.context import ADMIN_OWNER, AdminContext
 from starlight_py.amqp.errors import AMQPError
 from starlight_py.metadata.permissions import PermissionStore
+from starlight_py.metadata.policies import PolicyStore
 from starlight_py.metadata.records import ExchangeBinding, VhostRecord
 from starlight_py.metadata.users import UserStore
 from starlight_py.model.namespaces import InvalidVhostName, NamespaceName
 from starlight_py.model.permissions import Permission
+from starlight_py.model.policies import PolicyInvalid, parse_policy, unsupported_keys
 from starlight_py.model.topology import DEFAULT_EXCHANGE, EXCHANGE_TYPES, Exchange, Queue
 from starlight_py.model.users import User
 
@@ -131,6 +135,8 @@ def export_definitions(ctx: AdminContext) -> dict[str, Any]:
     document["users"] = [user.to_json() for user in UserStore(ctx.zk, ctx.paths).list()]
     for vhost, principal, permission in PermissionStore(ctx.zk, ctx.paths).list():
         document["permissions"].append({"user": principal, "vhost": vhost, **permission.to_json()})
+    policies = PolicyStore(ctx.zk, ctx.paths).list([record.name for record in vhosts])
+    document["policies"] = [policy.to_json() for policy in policies]
     return document
 
 
@@ -143,7 +149,7 @@ class ImportReport:
 
     created: dict[str, list[str]] = field(default_factory=dict)
     existing: dict[str, int] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)  # not applicable here
+    skipped: list[str] = field(default_factory=list)  # not applicable here: unsupported
     failed: list[str] = field(default_factory=list)  # refused (conflict, invalid)
 
     def add_created(self, kind: str, what: str) -> None:
@@ -162,13 +168,13 @@ class ImportReport:
 
     def text(self) -> str:
         lines = []
-        for kind in ("users", "vhosts", "exchanges", "queues", "bindings", "permissions"):
+        for kind in ("users", "vhosts", "exchanges", "queues", "bindings", "permissions", "policies"):
             made = self.created.get(kind, [])
             lines.append(
                 f"{kind}: {len(made)} created, {self.existing.get(kind, 0)} already present"
             )
             lines += [f"  + {what}" for what in made]
-        lines += [f"skipped: {reason}" for reason in self.skipped]
+        lines += [f"unsupported: {reason}" for reason in self.skipped]
         lines += [f"FAILED: {reason}" for reason in self.failed]
         return "\n".join(lines)
 
@@ -198,10 +204,11 @@ def _import(ctx: AdminContext, document: dict[str, Any], report: ImportReport) -
     users = UserStore(ctx.zk, ctx.paths)
     for item in _items(document, "users"):
         _attempt(report, f"user '{item.get('name')}'", _user, users, item, report)
-    for key in ("policies", "parameters", "global_parameters", "topic_permissions"):
+    for key in ("parameters", "global_parameters", "topic_permissions"):
         items = document.get(key) or []
         if items:
-            report.skipped.append(f"{len(items)} {key.replace('_', ' ')} not supported")
+            names = ", ".join(_parameter_name(item) for item in items)
+            report.skipped.append(f"{len(items)} {key.replace('_', ' ')} not supported: {names}")
     records: dict[str, VhostRecord] = {}
     for item in _items(document, "vhosts"):
         _attempt(report, f"vhost '{item['name']}'", _vhost, ctx, item, records, report)
@@ -237,6 +244,19 @@ def _import(ctx: AdminContext, document: dict[str, Any], report: ImportReport) -
     for item in _items(document, "permissions"):
         what = f"permissions of '{item['user']}' in vhost '{item['vhost']}'"
         _attempt(report, what, _permission, store, item, what, report)
+    policies = PolicyStore(ctx.zk, ctx.paths)
+    for item in _items(document, "policies"):
+        what = f"policy '{item['name']}' in vhost '{item.get('vhost', '/')}'"
+        _attempt(report, what, _policy, policies, vhost_of, item, what, report)
+
+
+def _parameter_name(item: Any) -> str:
+    """How a parameters entry is named in the report: `component/name` (an operator
+    policy is component `operator_policy`), or the global parameter's name."""
+    if not isinstance(item, dict):
+        return "?"
+    name = str(item.get("name", "?"))
+    return f"{item['component']}/{name}" if "component" in item else name
 
 
 def _user(users: UserStore, item: dict[str, Any], report: ImportReport) -> None:
@@ -388,3 +408,29 @@ def _permission(
         return
     store.set(vhost, principal, permission)
     report.add_created("permissions", what.removeprefix("permissions of "))
+
+
+def _policy(
+    store: PolicyStore,
+    vhost_of: VhostLookup,
+    item: dict[str, Any],
+    what: str,
+    report: ImportReport,
+) -> None:
+    definition = item.get("definition")
+    unsupported = unsupported_keys(definition) if isinstance(definition, dict) else []
+    if unsupported:
+        report.skipped.append(
+            f"{what}: {', '.join(unsupported)} not supported by starlight-py (not applied)"
+        )
+        return
+    record = vhost_of(item)
+    try:
+        policy = parse_policy(record.name, str(item["name"]), item)
+    except PolicyInvalid as e:
+        raise ValueError(" ".join(str(e).split())) from e
+    if store.get(record.name, policy.name) == policy:
+        report.add_existing("policies")
+        return
+    store.set(policy)
+    report.add_created("policies", what.removeprefix("policy "))

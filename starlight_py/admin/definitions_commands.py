@@ -21,7 +21,7 @@ def register(commands: Subcommands) -> None:
     export = add_command(
         group,
         "export",
-        "write vhosts, exchanges, queues, bindings and permissions as definitions.json",
+        "write vhosts, exchanges, queues, bindings, permissions and policies as definitions.json",
         export_file,
     )
     export.add_argument("file", help="output file, or - for stdout")
@@ -32,6 +32,12 @@ def register(commands: Subcommands) -> None:
         import_file,
     )
     imported.add_argument("file", help="a file from rabbitmqctl export_definitions, or -")
+    imported.add_argument(
+        "--skip-unsupported",
+        action="store_true",
+        help="exit 0 even when the file has things starlight-py cannot apply (users, "
+        "parameters, policy keys such as ha-mode); they are still listed",
+    )
 
 
 def export_file(ctx: AdminContext, args: argparse.Namespace) -> Report:
@@ -46,6 +52,7 @@ def export_file(ctx: AdminContext, args: argparse.Namespace) -> Report:
             raise AdminError(f"cannot write {args.file}: {e.strerror}") from e
     counts = {k: len(document[k]) for k in ("vhosts", "exchanges", "queues", "bindings")}
     counts["permissions"] = len(document["permissions"])
+    counts["policies"] = len(document["policies"])
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
     return Report(
         "" if args.file == "-" else f"exported {summary} to {args.file}",
@@ -66,4 +73,11 @@ def import_file(ctx: AdminContext, args: argparse.Namespace) -> Report:
         report = import_definitions(ctx, document)
     except DefinitionsError as e:
         raise UsageError(f"{args.file}: {e}") from e
-    return Report(report.text(), report.as_json(), exit_code=1 if report.failed else 0)
+    text = report.text()
+    unsupported = report.skipped and not args.skip_unsupported
+    if unsupported:
+        text += (
+            "\nnot everything was applied: see 'unsupported' above "
+            "(--skip-unsupported accepts that)"
+        )
+    return Report(text, report.as_json(), exit_code=1 if report.failed or unsupported else 0)

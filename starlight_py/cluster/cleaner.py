@@ -382,10 +382,16 @@ class SubscriptionCleaner:
             return "exclusive: its owning connection's proxy is gone"
         if queue.auto_delete and state.consumed and state.consumers == 0:
             return "auto-delete: its last consumer is gone"
-        expires = expires_after(queue)
+        # A policy's `expires` is in the cache's record, not in the declared one.
+        expires = expires_after(self.cache.queue(vhost, queue.name) or queue)
         if expires is None:
             return None
         key = (vhost, queue.name)
+        if state.used_at is None:
+            # Declared without x-expires, so never marked used: a policy gave it `expires`
+            # just now, and its clock starts now (as RabbitMQ's, when a policy changes).
+            self.topology.touch_queue(vhost, queue.name)
+            return None
         if state.consumers:
             self._last_in_use[key] = now
             return None

@@ -434,8 +434,10 @@ class Consumers:
         if decoded is None:
             message.handle.acknowledge(message)  # not for this queue (another binding's)
             return None
+        # The cache's record: a policy set since the consumer started applies now.
+        record = self.cache.queue(self.ctx.vhost, link.queue) or link.record
         if self.dead_letters.died_before_delivery(
-            link.session.number, message.handle, message, link.record
+            link.session.number, message.handle, message, record
         ):
             return None  # expired or over the delivery limit: dead-lettered or dropped
         return Deliverable(
@@ -444,7 +446,7 @@ class Consumers:
             decoded.raw_properties,
             decoded.body,
             self._redelivered(message),
-            link.record,
+            record,
         )
 
     def _vet_stream(self, link: ConsumerLink, message: ReceivedMessage) -> Deliverable | None:

@@ -75,6 +75,8 @@ class Getters:
         )
         if is_stream(record.arguments):
             raise get_refused(queue, self.consumers.ctx.vhost)
+        # The cache's record has the queue's policy applied (TTL, dead-lettering, expires).
+        record = self.consumers.cache.queue(self.consumers.ctx.vhost, queue) or record
         if expires_after(record) is not None:
             await trio.to_thread.run_sync(
                 self.consumers.topology.touch_queue, self.consumers.ctx.vhost, queue, True

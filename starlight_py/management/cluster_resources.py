@@ -1,6 +1,5 @@
-"""/api/nodes (the live proxies, from the proxy registry), /api/policies (starlight-py has
-no policies: queue and exchange arguments carry what policies set on RabbitMQ, so lists are
-empty and writes are refused with the reason)."""
+"""/api/nodes: the live proxies, from the proxy registry. /api/policies is policies.py,
+/api/users users.py."""
 
 from __future__ import annotations
 
@@ -8,12 +7,6 @@ from starlight_py.cluster.registry import live_proxies, uptime
 from starlight_py.management.api import Answer, ApiCall
 from starlight_py.management.errors import BadRequest, ObjectNotFound
 from starlight_py.management.shapes import listed
-from starlight_py.management.vhost_access import usable_vhost
-
-POLICIES_UNSUPPORTED = (
-    "policies are not supported by starlight-py: set the equivalent x-arguments when "
-    "declaring queues and exchanges (docs/compatibility.md)"
-)
 
 
 def list_nodes(call: ApiCall) -> Answer:
@@ -42,16 +35,3 @@ def get_node(call: ApiCall) -> Answer:
     raise ObjectNotFound()
 
 
-def list_policies(call: ApiCall) -> Answer:
-    vhost = call.params.get("vhost")
-    if vhost is not None:
-        usable_vhost(call, vhost)
-    return Answer(200, [])
-
-
-def get_policy(call: ApiCall) -> Answer:
-    raise ObjectNotFound()
-
-
-def put_policy(call: ApiCall) -> Answer:
-    raise BadRequest(POLICIES_UNSUPPORTED)

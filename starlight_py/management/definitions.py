@@ -22,7 +22,7 @@ from starlight_py.management.vhost_access import (
 from starlight_py.metadata.permissions import PermissionStore
 from starlight_py.model.permissions import Permission
 
-VHOST_KINDS = ("queues", "exchanges", "bindings")
+VHOST_KINDS = ("queues", "exchanges", "bindings", "policies")
 
 
 def get_definitions(call: ApiCall) -> Answer:
@@ -36,7 +36,6 @@ def get_definitions(call: ApiCall) -> Answer:
     single: dict[str, Any] = {
         "rabbit_version": document["rabbit_version"],
         "parameters": [],
-        "policies": [],
     }
     for kind in VHOST_KINDS:
         single[kind] = [
@@ -48,7 +47,10 @@ def get_definitions(call: ApiCall) -> Answer:
 
 
 def post_definitions(call: ApiCall) -> Answer:
-    """Imports what is missing (idempotent); 400 naming every item that was refused."""
+    """Imports what is missing (idempotent); 400 naming every item that was refused. What
+    starlight-py cannot apply (users, parameters, policy keys such as ha-mode) is left
+    out without failing, unlike `starlight-admin definitions import`: the API has no
+    --skip-unsupported, and every RabbitMQ export carries users."""
     call.user.require_administrator()
     document = call.body()
     vhost = call.params.get("vhost")

@@ -12,6 +12,7 @@ from starlight_py.management.shapes import arguments_of, exchange_json, flag, li
 from starlight_py.management.vhost_access import usable_vhost, visible_vhosts
 from starlight_py.metadata.records import VhostRecord
 from starlight_py.model.permissions import Access, ResourceKind
+from starlight_py.model.policies import Policy
 from starlight_py.model.topology import DEFAULT_EXCHANGE, Exchange, check_exchange_deletable
 
 
@@ -22,7 +23,7 @@ def _exchanges(call: ApiCall, vhost: str) -> list[Exchange]:
 
 def list_exchanges(call: ApiCall) -> Answer:
     items = [
-        exchange_json(record.name, exchange)
+        exchange_json(record.name, exchange, _policy(call, record.name, exchange.name))
         for record in visible_vhosts(call, call.params.get("vhost"))
         for exchange in _exchanges(call, record.name)
     ]
@@ -42,7 +43,8 @@ def _existing(call: ApiCall) -> tuple[VhostRecord, Exchange]:
 
 def get_exchange(call: ApiCall) -> Answer:
     record, exchange = _existing(call)
-    return Answer(200, exchange_json(record.name, exchange))
+    policy = _policy(call, record.name, exchange.name)
+    return Answer(200, exchange_json(record.name, exchange, policy))
 
 
 def put_exchange(call: ApiCall) -> Answer:
@@ -91,3 +93,7 @@ def destination_bindings(call: ApiCall) -> Answer:
         if b["destination_type"] == "exchange" and b["destination"] == exchange.name
     ]
     return Answer(200, listed(items, call.query))
+
+
+def _policy(call: ApiCall, vhost: str, name: str) -> Policy | None:
+    return call.context.services.cache.policy_of(vhost, "exchanges", name)

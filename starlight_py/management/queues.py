@@ -31,7 +31,8 @@ def _shaped(call: ApiCall, record: VhostRecord, queue: Queue) -> dict[str, objec
         (record.name, queue.name),
         {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked},
     )
-    return queue_json(record.name, queue, ready, unacked, counts.consumer_count, rates)
+    policy = call.context.services.cache.policy_of(record.name, "queues", queue.name)
+    return queue_json(record.name, queue, ready, unacked, counts.consumer_count, rates, policy)
 
 
 def list_queues(call: ApiCall) -> Answer:

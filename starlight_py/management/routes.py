@@ -13,6 +13,7 @@ from starlight_py.management import (
     exchanges,
     messages,
     overview,
+    policies,
     queues,
     users,
 )
@@ -99,13 +100,13 @@ def build_router() -> Router[Endpoint]:
 
     r.add("/api/nodes", GET=cluster_resources.list_nodes)
     r.add("/api/nodes/{node}", GET=cluster_resources.get_node)
-    r.add("/api/policies", GET=cluster_resources.list_policies)
-    r.add("/api/policies/{vhost}", GET=cluster_resources.list_policies)
+    r.add("/api/policies", GET=policies.list_policies)
+    r.add("/api/policies/{vhost}", GET=policies.list_policies)
     r.add(
         "/api/policies/{vhost}/{name}",
-        GET=cluster_resources.get_policy,
-        PUT=cluster_resources.put_policy,
-        DELETE=cluster_resources.get_policy,
+        GET=policies.get_policy,
+        PUT=policies.put_policy,
+        DELETE=policies.delete_policy,
     )
 
     r.add("/api/connections", GET=connections.list_connections)

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from starlight_py.admin.definitions import json_value
 from starlight_py.management.errors import BadRequest
+from starlight_py.model.policies import Policy
 from starlight_py.model.topology import Exchange, Queue
 
 NODE = "starlight@proxy"  # what RabbitMQ calls the node: one name for the whole cluster
@@ -24,9 +25,11 @@ def queue_json(
     unacked: int,
     consumers: int,
     rates: Mapping[str, float] | None = None,
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """A queue as GET /api/queues lists it: counts, and how fast they change (`rates` by
-    count name, management/rates.py; no publish/deliver rates, see docs/management.md)."""
+    count name, management/rates.py; no publish/deliver rates, see docs/management.md),
+    the policy that applies to it. `arguments` are the declared ones, as on RabbitMQ."""
     total = ready + unacked
     rates = rates or {}
     return {
@@ -37,7 +40,9 @@ def queue_json(
         "exclusive_consumer_tag": None,
         "name": queue.name,
         "node": NODE,
-        "policy": None,
+        "policy": None if policy is None else policy.name,
+        "effective_policy_definition": {} if policy is None else dict(policy.definition),
+        "operator_policy": None,
         "state": "running",
         "type": "classic",
         "vhost": vhost,
@@ -51,8 +56,10 @@ def queue_json(
     }
 
 
-def exchange_json(vhost: str, exchange: Exchange) -> dict[str, Any]:
-    return {
+def exchange_json(vhost: str, exchange: Exchange, policy: Policy | None = None) -> dict[str, Any]:
+    """An exchange as GET /api/exchanges lists it; `policy` only when one applies, as
+    RabbitMQ's."""
+    shaped = {
         "arguments": json_value(exchange.arguments),
         "auto_delete": exchange.auto_delete,
         "durable": exchange.durable,
@@ -62,6 +69,9 @@ def exchange_json(vhost: str, exchange: Exchange) -> dict[str, Any]:
         "user_who_performed_action": "",
         "vhost": vhost,
     }
+    if policy is not None:
+        shaped["policy"] = policy.name
+    return shaped
 
 
 def properties_key(routing_key: str, arguments: Mapping[str, Any]) -> str:

@@ -5,6 +5,12 @@ dictionaries behind a lock, indexed for routing: exchange -> the binding sets th
 topics. Routing reads only this cache and never waits on ZooKeeper; declares and binds read
 ZooKeeper itself (they must see the latest state). How fast a change reaches the other
 proxies' caches is measured by tests/integration/test_topology_cluster.py (docs/metadata.md).
+
+Policies (model/policies.py) are applied here: `queue()`, `exchange()` and the indexes hand
+out records whose arguments are the declared ones combined with the one policy that applies,
+so every feature that reads arguments follows policies, and a policy set on any proxy
+reaches existing queues on every proxy as soon as the watch fires. Declares compare what
+was declared, read from ZooKeeper, never these records.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from kazoo.recipe.cache import TreeCache, TreeEvent
@@ -28,6 +35,12 @@ from starlight_py.metadata.records import (
 )
 from starlight_py.metadata.zookeeper import ZooKeeperClient
 from starlight_py.model.naming import unescape
+from starlight_py.model.policies import (
+    Policy,
+    effective_exchange_arguments,
+    effective_queue_arguments,
+    matching_policy,
+)
 from starlight_py.model.priorities import max_priority_of
 from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.routing import binding_matches
@@ -53,8 +66,13 @@ class TopologyCache:
         self._prefix = paths.vhosts + "/"
         self._tree = TreeCache(zookeeper.kazoo, paths.vhosts)
         self._lock = threading.Lock()
+        # As declared; `_exchanges` and `_queues` hold them with their policy applied.
+        self._declared_exchanges: dict[tuple[str, str], Exchange] = {}
+        self._declared_queues: dict[tuple[str, str], Queue] = {}
         self._exchanges: dict[tuple[str, str], Exchange] = {}
         self._queues: dict[tuple[str, str], Queue] = {}
+        # vhost -> {name: policy}
+        self._policies: dict[str, dict[str, Policy]] = {}
         # (vhost, exchange) -> {(queue, topic): BindingSet}
         self._sets_by_exchange: dict[tuple[str, str], dict[tuple[str, str], BindingSet]] = {}
         self._set_keys: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
@@ -97,6 +115,11 @@ class TopologyCache:
     def queue(self, vhost: str, name: str) -> Queue | None:
         with self._lock:
             return self._queues.get((vhost, name))
+
+    def policy_of(self, vhost: str, kind: str, name: str) -> Policy | None:
+        """The policy that applies to a queue (`kind` "queues") or exchange ("exchanges")."""
+        with self._lock:
+            return matching_policy(self._policies.get(vhost, {}).values(), kind, name)
 
     def binding_sets_of_exchange(self, vhost: str, exchange: str) -> list[BindingSet]:
         with self._lock:
@@ -263,18 +286,26 @@ class TopologyCache:
         with self._lock:
             if kind == "exchanges" and len(parts) == 3:
                 if isinstance(record, Exchange):
-                    self._exchanges[(vhost, name)] = record
+                    self._declared_exchanges[(vhost, name)] = record
+                    self._apply_exchange_policy(vhost, record)
                 elif raw is None:
+                    self._declared_exchanges.pop((vhost, name), None)
                     self._exchanges.pop((vhost, name), None)
             elif kind == "queues" and len(parts) == 3:
                 if isinstance(record, Queue):
-                    self._queues[(vhost, name)] = record
-                    _index(self._limited, vhost, name, LengthLimit.of(record.arguments))
-                    _index(self._prioritised, vhost, name, max_priority_of(record.arguments))
+                    self._declared_queues[(vhost, name)] = record
+                    self._apply_queue_policy(vhost, record)
                 elif raw is None:
+                    self._declared_queues.pop((vhost, name), None)
                     self._queues.pop((vhost, name), None)
                     _index(self._limited, vhost, name, None)
                     _index(self._prioritised, vhost, name, None)
+            elif kind == "policies" and len(parts) == 3:
+                if isinstance(record, Policy):
+                    self._policies.setdefault(vhost, {})[name] = record
+                elif raw is None:
+                    self._policies.get(vhost, {}).pop(name, None)
+                self._apply_policies(vhost)
             elif kind == "retired" and len(parts) == 3:
                 if isinstance(record, RetiredSubscription):
                     self._retired[(vhost, record.subscription)] = record
@@ -308,6 +339,39 @@ class TopologyCache:
                     if not sets:
                         self._sets_by_exchange.pop(exchange_key, None)
 
+    # ---- policies (called with the lock held) -----------------------------------------------
+
+    def _apply_queue_policy(self, vhost: str, declared: Queue) -> None:
+        policy = matching_policy(self._policies.get(vhost, {}).values(), "queues", declared.name)
+        queue = declared
+        if policy is not None:
+            arguments = effective_queue_arguments(declared.arguments, policy.definition)
+            queue = replace(declared, arguments=arguments)
+        self._queues[(vhost, queue.name)] = queue
+        _index(self._limited, vhost, queue.name, LengthLimit.of(queue.arguments))
+        _index(self._prioritised, vhost, queue.name, max_priority_of(queue.arguments))
+
+    def _apply_exchange_policy(self, vhost: str, declared: Exchange) -> None:
+        policies = self._policies.get(vhost, {}).values()
+        policy = matching_policy(policies, "exchanges", declared.name)
+        exchange = declared
+        if policy is not None:
+            arguments = effective_exchange_arguments(declared.arguments, policy.definition)
+            exchange = replace(declared, arguments=arguments)
+        self._exchanges[(vhost, exchange.name)] = exchange
+
+    def _apply_policies(self, vhost: str) -> None:
+        """A policy of `vhost` changed: every queue and exchange there may now have
+        another."""
+        if not self._policies.get(vhost, True):
+            del self._policies[vhost]
+        for (each, _), queue in list(self._declared_queues.items()):
+            if each == vhost:
+                self._apply_queue_policy(vhost, queue)
+        for (each, _), exchange in list(self._declared_exchanges.items()):
+            if each == vhost:
+                self._apply_exchange_policy(vhost, exchange)
+
 
 def _index(index: dict[str, dict[str, V]], vhost: str, name: str, value: V | None) -> None:
     """Set (or, with None, remove) a queue's entry in a per-vhost index. Copied on write:
@@ -326,11 +390,11 @@ def _index(index: dict[str, dict[str, V]], vhost: str, name: str, value: V | Non
 
 def _indexed(parts: list[str]) -> bool:
     """Whether a path (split below the vhosts znode) is one the cache indexes: exchanges,
-    queues, retired subscriptions, binding sets and exchange-to-exchange bindings."""
+    queues, policies, retired subscriptions, binding sets and exchange-to-exchange bindings."""
     if len(parts) == 1:
         return True  # a vhost record
     if len(parts) == 3:
-        return parts[1] in ("exchanges", "queues", "retired")
+        return parts[1] in ("exchanges", "queues", "retired", "policies")
     if len(parts) != 5:
         return False
     return (parts[1], parts[3]) in (("queues", "bindings"), ("exchanges", "e2e"))

@@ -14,6 +14,7 @@ Layout under the root (default `/starlight`), version 1:
     {root}/v1/vhosts/{vhost}/queues/{name}/consumed   (empty: an auto-delete queue had a consumer)
     {root}/v1/vhosts/{vhost}/queues/{name}/used       (x-expires queues: written when used)
     {root}/v1/vhosts/{vhost}/retired/{subscription}   RetiredSubscription
+    {root}/v1/vhosts/{vhost}/policies/{name}          Policy
     {root}/v1/permissions/{vhost}                     (empty: the vhost's principals)
     {root}/v1/permissions/{vhost}/{principal}         PermissionRecord
     {root}/v1/users/{name}                            User (password users, model/users.py)
@@ -41,6 +42,7 @@ from starlight_py.model.field_values import table_from_json, table_to_json
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import escape
 from starlight_py.model.permissions import Permission
+from starlight_py.model.policies import Policy
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.topology import Exchange, Queue
 from starlight_py.model.users import User
@@ -193,6 +195,14 @@ class Paths:
     @property
     def cleaner_election(self) -> str:
         return f"{self.root}/v1/cleaner"
+
+    def policies(self, vhost: str) -> str:
+        """The vhost's policies: inside its subtree, so the topology cache watches them and
+        they go with the vhost, as in RabbitMQ."""
+        return f"{self.vhost(vhost)}/policies"
+
+    def policy(self, vhost: str, name: str) -> str:
+        return f"{self.policies(vhost)}/{segment(name)}"
 
     def retired(self, vhost: str) -> str:
         return f"{self.vhost(vhost)}/retired"
@@ -369,6 +379,8 @@ def encode(record: object) -> bytes:
             "arguments": table_to_json(record.arguments),
             "owner": record.owner,
         }
+    elif isinstance(record, Policy):
+        body = {"kind": "policy", **record.to_json()}
     elif isinstance(record, BindingSet):
         body = {
             "kind": "binding_set",
@@ -426,6 +438,7 @@ def decode(
     | PermissionRecord
     | ExchangeBinding
     | User
+    | Policy
 ):
     """Parse a record; raises RecordError for corrupt data or an unknown schema."""
     try:
@@ -460,6 +473,15 @@ def decode(
                 body["auto_delete"],
                 table_from_json(body["arguments"]),
                 body.get("owner"),
+            )
+        if kind == "policy":
+            return Policy(
+                body["vhost"],
+                body["name"],
+                body["pattern"],
+                dict(body["definition"]),
+                body["apply-to"],
+                body["priority"],
             )
         if kind == "binding_set":
             return BindingSet(

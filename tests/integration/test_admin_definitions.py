@@ -72,7 +72,9 @@ def test_rabbitmq_export_imports_idempotently_and_routes_as_on_rabbitmq(
     admin: AdminCLI, start_proxy: ProxyFactory, tmp_path: Path
 ) -> None:
     first = admin.run("--json", "definitions", "import", str(DEFINITIONS))
-    assert first.code == 0, first.err
+    # The users are listed as not applied, which fails the import without
+    # --skip-unsupported; everything else is applied.
+    assert first.code == 1, first.err
     report = first.json()
     assert report["failed"] == []
     assert len(report["created"]["exchanges"]) == 5
@@ -86,7 +88,7 @@ def test_rabbitmq_export_imports_idempotently_and_routes_as_on_rabbitmq(
     # Users keep RabbitMQ's password hashes (adm-app's password is `secret`).
     assert report["created"]["users"] == ["adm-app", "guest"]
 
-    again = admin.run("--json", "definitions", "import", str(DEFINITIONS)).json()
+    again = admin.json("definitions", "import", "--skip-unsupported", str(DEFINITIONS))
     assert again["created"] == {}
     assert again["existing"] == {
         "vhosts": 2,
@@ -96,8 +98,9 @@ def test_rabbitmq_export_imports_idempotently_and_routes_as_on_rabbitmq(
         "permissions": 3,
         "users": 2,
     }
-    text = admin.ok("definitions", "import", str(DEFINITIONS)).out
+    text = admin.ok("definitions", "import", "--skip-unsupported", str(DEFINITIONS)).out
     assert "queues: 0 created, 10 already present" in text
+    assert "unsupported: 2 user(s) not applicable" in text
 
     proxy = start_proxy(**admin.proxy_settings)
     channels = {}
@@ -225,7 +228,10 @@ def test_import_reports_what_it_cannot_apply(admin: AdminCLI, tmp_path: Path) ->
                 "arguments": {},
             }
         ],
-        "policies": [{"name": "ha"}],
+        "policies": [
+            {"name": "ha", "pattern": ".*", "definition": {"ha-mode": "all"}},
+            {"name": "broken", "pattern": ".*", "definition": {"max-length": -1}},
+        ],
     }
     path = tmp_path / "defs.json"
     path.write_text(json.dumps(document))
@@ -234,15 +240,20 @@ def test_import_reports_what_it_cannot_apply(admin: AdminCLI, tmp_path: Path) ->
     report = result.json()
     assert report["created"]["exchanges"] == ["/ src (fanout)", "/ dst (direct)"]
     assert report["created"]["bindings"] == ["'src' -> 'dst' (key '') in vhost '/'"]
-    assert len(report["failed"]) == 1
+    assert len(report["failed"]) == 2
     assert "weird" in report["failed"][0]
+    assert report["failed"][1] == (
+        "policy 'broken' in vhost '/': Validation failed -1 is not a valid maximum length"
+    )
     # The exchange-to-exchange binding is exported again as RabbitMQ writes it.
     exported = tmp_path / "exported.json"
     admin.ok("definitions", "export", str(exported))
     assert [
         b for b in json.loads(exported.read_text())["bindings"] if b["source"] == "src"
     ] == document["bindings"]
-    assert any("1 policies not supported" in s for s in report["skipped"])
+    assert report["skipped"] == [
+        "policy 'ha' in vhost '/': ha-mode not supported by starlight-py (not applied)"
+    ]
 
     path.write_text("[1, 2]")
     not_definitions = admin.run("definitions", "import", str(path))

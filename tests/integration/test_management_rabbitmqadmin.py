@@ -154,3 +154,31 @@ def test_list_and_close_connections(management: Management) -> None:
     finally:
         if connection.is_open:
             connection.close()
+
+
+def test_declare_list_and_delete_a_policy(management: Management) -> None:
+    name = unique("p", "rmqadmin")
+    try:
+        declared = admin(
+            management,
+            "declare",
+            "policy",
+            f"name={name}",
+            "pattern=^rmqadmin-nothing$",
+            'definition={"max-length": 3}',
+            "apply-to=queues",
+            "priority=2",
+        )
+        assert "policy declared" in declared
+        assert {
+            "name": name,
+            "pattern": "^rmqadmin-nothing$",
+            "apply-to": "queues",
+            "definition": {"max-length": 3},
+            "priority": 2,
+        } in listed(management, "policies", "name", "pattern", "apply-to", "definition", "priority")
+        assert name in admin(management, "list", "policies")
+        assert "policy deleted" in admin(management, "delete", "policy", f"name={name}")
+        assert name not in admin(management, "list", "policies")
+    finally:
+        management.call("DELETE", f"/api/policies/%2F/{name}")

@@ -52,7 +52,8 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert ["vhost", "create"] in commands
     assert ["definitions", "import"] in commands
     assert ["connection", "close"] in commands and ["health"] in commands
-    assert len(commands) == 32
+    assert ["policy", "set"] in commands
+    assert len(commands) == 35
     for path in commands:
         code, out, _ = run(capsys, *path, "--help")
         assert code == 0

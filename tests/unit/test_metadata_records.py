@@ -448,6 +448,10 @@ def test_the_paths_are_the_layout_records_py_documents() -> None:
             PATHS.queue(vhost, queue),
             {"name": segment(queue)},
         ),
+        "{root}/v1/vhosts/{vhost}/policies/{name}": (
+            PATHS.policy(vhost, "ttl x"),
+            {"name": segment("ttl x")},
+        ),
         "{root}/v1/vhosts/{vhost}/queues/{name}/bindings/{topic}": (
             PATHS.binding_set(vhost, queue, topic),
             {"name": segment(queue)},
