@@ -168,7 +168,15 @@ class ImportReport:
 
     def text(self) -> str:
         lines = []
-        for kind in ("users", "vhosts", "exchanges", "queues", "bindings", "permissions", "policies"):
+        for kind in (
+            "users",
+            "vhosts",
+            "exchanges",
+            "queues",
+            "bindings",
+            "permissions",
+            "policies",
+        ):
             made = self.created.get(kind, [])
             lines.append(
                 f"{kind}: {len(made)} created, {self.existing.get(kind, 0)} already present"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from starlight_py.cluster.registry import live_proxies, uptime
 from starlight_py.management.api import Answer, ApiCall
-from starlight_py.management.errors import BadRequest, ObjectNotFound
+from starlight_py.management.errors import ObjectNotFound
 from starlight_py.management.shapes import listed
 
 
@@ -33,5 +33,3 @@ def get_node(call: ApiCall) -> Answer:
         if item["name"] == call.params["node"]:
             return Answer(200, item)
     raise ObjectNotFound()
-
-

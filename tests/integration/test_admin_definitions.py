@@ -72,11 +72,10 @@ def test_rabbitmq_export_imports_idempotently_and_routes_as_on_rabbitmq(
     admin: AdminCLI, start_proxy: ProxyFactory, tmp_path: Path
 ) -> None:
     first = admin.run("--json", "definitions", "import", str(DEFINITIONS))
-    # The users are listed as not applied, which fails the import without
-    # --skip-unsupported; everything else is applied.
-    assert first.code == 1, first.err
+    assert first.code == 0, first.err
     report = first.json()
     assert report["failed"] == []
+    assert report["skipped"] == []
     assert len(report["created"]["exchanges"]) == 5
     assert len(report["created"]["queues"]) == 10
     assert len(report["created"]["bindings"]) == 10
@@ -88,7 +87,7 @@ def test_rabbitmq_export_imports_idempotently_and_routes_as_on_rabbitmq(
     # Users keep RabbitMQ's password hashes (adm-app's password is `secret`).
     assert report["created"]["users"] == ["adm-app", "guest"]
 
-    again = admin.json("definitions", "import", "--skip-unsupported", str(DEFINITIONS))
+    again = admin.json("definitions", "import", str(DEFINITIONS))
     assert again["created"] == {}
     assert again["existing"] == {
         "vhosts": 2,
@@ -98,9 +97,33 @@ def test_rabbitmq_export_imports_idempotently_and_routes_as_on_rabbitmq(
         "permissions": 3,
         "users": 2,
     }
-    text = admin.ok("definitions", "import", "--skip-unsupported", str(DEFINITIONS)).out
+    text = admin.ok("definitions", "import", str(DEFINITIONS)).out
     assert "queues: 0 created, 10 already present" in text
-    assert "unsupported: 2 user(s) not applicable" in text
+
+    # What cannot be applied is listed, and fails the import unless it is skipped on purpose.
+    document = json.loads(DEFINITIONS.read_text())
+    document["parameters"] = [
+        {"vhost": "/", "component": "operator_policy", "name": "op", "value": {}}
+    ]
+    document["policies"] = [
+        {
+            "vhost": "/",
+            "name": "ha",
+            "pattern": ".*",
+            "apply-to": "queues",
+            "priority": 0,
+            "definition": {"ha-mode": "all"},
+        }
+    ]
+    extended = tmp_path / "extended.json"
+    extended.write_text(json.dumps(document))
+    refused = admin.run("definitions", "import", str(extended))
+    assert refused.code == 1
+    assert "operator_policy/op" in refused.out + refused.err
+    assert "ha-mode" in refused.out + refused.err
+    skipped = admin.run("--json", "definitions", "import", "--skip-unsupported", str(extended))
+    assert skipped.code == 0, skipped.err
+    assert len(skipped.json()["skipped"]) == 2
 
     proxy = start_proxy(**admin.proxy_settings)
     channels = {}
