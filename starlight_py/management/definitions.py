@@ -50,7 +50,7 @@ def post_definitions(call: ApiCall) -> Answer:
     """Imports what is missing (idempotent); 400 naming every item that was refused. What
     starlight-py cannot apply (parameters, policy keys such as ha-mode) is left out without
     failing, unlike `starlight-admin definitions import`: the API has no
-    --skip-unsupported, and RabbitMQ's own import answers the same way."""
+    --skip-unsupported, and `rabbitmqadmin import` of a whole export must work."""
     call.user.require_administrator()
     document = call.body()
     vhost = call.params.get("vhost")
