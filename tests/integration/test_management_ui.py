@@ -8,6 +8,7 @@ Proxy-only: RabbitMQ serves a UI of its own."""
 
 from __future__ import annotations
 
+import base64
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +30,9 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 from starlight_py.local import ServiceEndpoints
+from starlight_py.local.ports import free_port
+from tests.integration.conftest import ProxyFactory
+from tests.integration.test_management_auth import SECRET, token
 from tests.support.browser import find_chromium, screenshot, start_chromium
 from tests.support.management_api import Management, closed_by_broker, our_management
 
@@ -56,12 +60,18 @@ def driver(ours: Management) -> Iterator[webdriver.Chrome]:
         browser.quit()
 
 
-def log_in(driver: webdriver.Chrome) -> None:
+def log_in(driver: webdriver.Chrome, user: str = "guest", password: str = "guest") -> None:
+    """Fill in the login form and send it."""
     login = driver.find_element(By.ID, "login")
-    login.find_element(By.NAME, "username").send_keys("guest")
-    login.find_element(By.NAME, "password").send_keys("guest")
+    for name, value in (("username", user), ("password", password)):
+        field = login.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
     login.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    until(driver, lambda d: d.find_element(By.ID, "page").get_attribute("data-page") == "overview")
+
+
+def on_page(driver: webdriver.Chrome, page: str) -> bool:
+    return driver.find_element(By.ID, "page").get_attribute("data-page") == page
 
 
 @pytest.fixture
@@ -71,6 +81,7 @@ def ui(ours: Management, driver: webdriver.Chrome) -> webdriver.Chrome:
         driver.get(ours.base + "/")
     if driver.find_element(By.ID, "login").is_displayed():
         log_in(driver)
+        until(driver, lambda d: on_page(d, "overview"))
     return driver
 
 
@@ -144,7 +155,7 @@ def fact(driver: webdriver.Chrome, key: str) -> str:
 
 def go(driver: webdriver.Chrome, tab: str) -> None:
     driver.find_element(By.CSS_SELECTOR, f'#tabs a[data-tab="{tab}"]').click()
-    until(driver, lambda d: d.find_element(By.ID, "page").get_attribute("data-page") == tab)
+    until(driver, lambda d: on_page(d, tab))
 
 
 def submit(driver: webdriver.Chrome, button: str, *, confirm: bool = False) -> None:
@@ -196,6 +207,7 @@ def test_log_in_and_see_the_overview_and_vhosts(
     until(driver, expected_conditions.visibility_of_element_located((By.ID, "login")))
     screenshot(driver, IMAGES / "ui-login.png")
     log_in(driver)
+    until(driver, lambda d: on_page(d, "overview"))
     until(driver, lambda d: (cell(d, "queues") or "0") != "0")
     assert driver.find_element(By.ID, "who").text == "User: guest"
     screenshot(driver, IMAGES / "ui-overview.png")
@@ -285,7 +297,7 @@ def test_close_a_connection_with_a_reason(ours: Management, ui: webdriver.Chrome
         submit(driver, "Force close", confirm=True)
         until(
             driver,
-            lambda d: d.find_element(By.ID, "page").get_attribute("data-page") == "connections",
+            lambda d: on_page(d, "connections"),
         )
         assert closed_by_broker(victim) == (320, "CONNECTION_FORCED - closed from the web UI")
         until(driver, lambda d: cell(d, "client", client=label) is None)
@@ -304,5 +316,35 @@ def test_delete_a_queue_from_its_page(
     row_link(driver, name=name).click()
     until(driver, lambda d: d.find_element(By.ID, "title").text == f"Queue {name}")
     submit(driver, "Delete queue", confirm=True)
-    until(driver, lambda d: d.find_element(By.ID, "page").get_attribute("data-page") == "queues")
+    until(driver, lambda d: on_page(d, "queues"))
     assert ours.call("GET", f"/api/queues/%2F/{name}").status == 404
+
+
+def test_a_bad_token_is_refused_in_the_page_and_a_good_one_logs_in(
+    start_proxy: ProxyFactory, driver: webdriver.Chrome
+) -> None:
+    """With authentication on, the password is a token; a refused login says so in the page
+    (the browser shows no login prompt of its own) and the form stays."""
+    port = free_port()
+    start_proxy(
+        authenticationEnabled="true",
+        authenticationProviders="token",
+        tokenSecretKey="data:;base64," + base64.b64encode(SECRET).decode(),
+        managementListener=f"http://127.0.0.1:{port}",
+        managementAdministrators="ops",
+    )
+    driver.get(f"http://127.0.0.1:{port}/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.refresh()
+    until(driver, expected_conditions.visibility_of_element_located((By.ID, "login")))
+    log_in(driver, "ops", "not-a-token")
+    until(driver, lambda d: "Login failed" in d.find_element(By.ID, "status").text)
+    assert driver.find_element(By.ID, "login").is_displayed()
+    assert not driver.find_element(By.ID, "page").is_displayed()
+
+    log_in(driver, "anyone", token("ops"))
+    until(driver, lambda d: on_page(d, "overview"))
+    assert driver.find_element(By.ID, "who").text == "User: ops"
+    driver.find_element(By.ID, "logout").click()
+    until(driver, lambda d: d.find_element(By.ID, "login").is_displayed())
+    assert driver.execute_script("return sessionStorage.length") == 0
