@@ -62,7 +62,8 @@ def start_chromium(width: int = 1280, height: int = 900) -> webdriver.Chrome:
 
 
 def screenshot(driver: webdriver.Chrome, path: Path, width: int = 1280) -> None:
-    """The whole page (the window grown to its height) as a PNG at `path`."""
+    """The whole page (the window fitted to its height) as a PNG at `path`."""
+    driver.set_window_size(width, 600)  # scrollHeight is at least the window's height
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(width, max(600, min(int(height) + 140, 4000)))
     path.parent.mkdir(parents=True, exist_ok=True)
