@@ -376,6 +376,7 @@ function showPage() {
   $("page").dataset.page = params.length ? tab.replace(/s$/, "") : tab;
   $("title").textContent = page.title;
   $("live").replaceChildren();
+  $("updated").textContent = "";
   $("actions").replaceChildren(...(page.actions || []));
   refresh(page.live, generation);
 }
