@@ -54,6 +54,7 @@ from starlight_py.gateway.topology_methods import TopologyMethods
 from starlight_py.gateway.vhosts import VhostResolver
 from starlight_py.management.http_server import serve_http
 from starlight_py.management.routes import management_api
+from starlight_py.management.static_ui import with_ui
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.permissions import PermissionCache
@@ -471,7 +472,8 @@ def readiness_problems(services: ProxyServices) -> list[str]:
 async def _start_management(
     nursery: trio.Nursery, config: StarlightConfig, services: ProxyServices, urls: list[str]
 ) -> None:
-    """The management HTTP API (docs/management.md); raises OSError when its port is taken."""
+    """The management HTTP API and its web UI (docs/management.md); raises OSError when its
+    port is taken."""
     address = urlsplit(config.management_listener)
     port = address.port or 0
     url = await nursery.start(
@@ -479,10 +481,10 @@ async def _start_management(
         address.hostname or "127.0.0.1",
         # Workers of `serve --workers N` use port, port + 1, ... as for metricsListener.
         port and port + (worker_index() or 0),
-        management_api(services, urls, lambda: readiness_problems(services)),
+        with_ui(management_api(services, urls, lambda: readiness_problems(services))),
     )
     services.management_url = url
-    log.info("management API on %s/api/", url)
+    log.info("management API on %s/api/, web UI on %s/", url, url)
 
 
 async def _proxy_header(

@@ -3,7 +3,9 @@ this proxy's own AMQP listener, with the HTTP caller's credentials (as RabbitMQ'
 plugin does with its internal client). Messages thus take the one path every AMQP client
 takes: routing, permissions, confirms, counts, dead-lettering.
 
-One connection, one channel; closed after each request. Server refusals become the AMQP
+Names go out as the proxy sends them (framing.encode_method, without pamqp's checks, which
+refuse names such as `a<b` that RabbitMQ and the proxy accept). One connection, one channel;
+closed after each request. Server refusals become the AMQP
 errors they name (`LoopbackRefused` carries the reply code and text).
 """
 
@@ -19,6 +21,8 @@ from pamqp.base import Frame as PamqpMethod
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
+from starlight_py.amqp.field_codec import unvalidated
+from starlight_py.amqp.framing import encode_method
 from starlight_py.units import SECONDS
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -116,10 +120,10 @@ class LoopbackClient:
         with trio.fail_after(TIMEOUT):
             await self._send(CHANNEL, commands.Confirm.Select())
             await self._expect(commands.Confirm.SelectOk)
-            data = frame.marshal(
-                commands.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=True),
-                CHANNEL,
+            method = unvalidated(
+                commands.Basic.Publish, exchange=exchange, routing_key=routing_key, mandatory=True
             )
+            data = encode_method(CHANNEL, method)
             data += frame.marshal(ContentHeader(0, len(payload), properties), CHANNEL)
             chunk = self._frame_max - 8
             for start in range(0, len(payload), chunk):
@@ -143,7 +147,9 @@ class LoopbackClient:
         got: list[GotMessage] = []
         with trio.fail_after(TIMEOUT):
             for _ in range(count):
-                await self._send(CHANNEL, commands.Basic.Get(queue=queue, no_ack=False))
+                await self._send(
+                    CHANNEL, unvalidated(commands.Basic.Get, queue=queue, no_ack=False)
+                )
                 answer = await self._expect(commands.Basic.GetOk, commands.Basic.GetEmpty)
                 if isinstance(answer, commands.Basic.GetEmpty):
                     break
@@ -181,7 +187,7 @@ class LoopbackClient:
         return head.properties, bytes(body)
 
     async def _send(self, channel: int, method: PamqpMethod) -> None:
-        await self._stream.send_all(frame.marshal(method, channel))
+        await self._stream.send_all(encode_method(channel, method))
 
     async def _expect(self, *kinds: type[Any]) -> Any:
         while True:

@@ -394,6 +394,30 @@ def test_get_from_a_missing_queue_is_404(management: Management) -> None:
     }
 
 
+def test_publish_and_get_take_any_name(management: Management) -> None:
+    """Names pamqp's grammar refuses (`<`, `&`, quotes) but RabbitMQ takes."""
+    odd = f"{unique('odd', 'mgmt')} <b>&'\"é"
+    exchange = f"/api/exchanges/%2F/{quote(odd, safe='')}"
+    queue = f"/api/queues/%2F/{quote(odd, safe='')}"
+    try:
+        assert management.call("PUT", exchange, {"type": "direct"}).status == 201
+        assert management.call("PUT", queue, {}).status == 201
+        binding = f"/api/bindings/%2F/e/{quote(odd, safe='')}/q/{quote(odd, safe='')}"
+        assert management.call("POST", binding, {"routing_key": odd}).status == 201
+        assert publish(management, odd, "through", exchange=quote(odd, safe="")) == {"routed": True}
+        management.wait_for(queue, "messages", 1)
+        got = management.call(
+            "POST", f"{queue}/get", {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"}
+        )
+        assert got.status == 200, got
+        assert [(m["payload"], m["exchange"], m["routing_key"]) for m in got.body] == [
+            ("through", odd, odd)
+        ]
+    finally:
+        management.call("DELETE", queue)
+        management.call("DELETE", exchange)
+
+
 # ---- (d) definitions and permissions ----------------------------------------------------------
 
 

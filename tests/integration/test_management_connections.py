@@ -4,7 +4,6 @@ RabbitMQ with STARLIGHT_TEST_MANAGEMENT_URL and STARLIGHT_TEST_AMQP_URL."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +15,13 @@ import pytest
 
 from starlight_py.local.ports import free_port
 from tests.integration.conftest import ProxyFactory
-from tests.support.management_api import NOT_FOUND, Management, management, wait_until
+from tests.support.management_api import (
+    NOT_FOUND,
+    Management,
+    closed_by_broker,
+    management,
+    wait_until,
+)
 
 __all__ = ["management"]  # a fixture
 
@@ -90,16 +95,6 @@ def test_connections_channels_and_consumers_are_listed(
     assert consumer["queue"] == {"name": queue, "vhost": "/"}
     assert consumer["channel_details"]["connection_name"] == name
     assert (consumer["ack_required"], consumer["prefetch_count"]) == (True, 7)
-
-
-def closed_by_broker(connection: pika.BlockingConnection, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            connection.process_data_events(time_limit=0.2)
-        except pika.exceptions.ConnectionClosedByBroker as e:
-            return (e.reply_code, e.reply_text)
-    return None
 
 
 def test_deleting_a_connection_closes_it_with_320_and_the_reason(

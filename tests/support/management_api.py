@@ -12,10 +12,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import pika
+import pika.exceptions
 import pytest
 
 from starlight_py.local import ServiceEndpoints
@@ -105,7 +108,13 @@ def management(request: pytest.FixtureRequest) -> Iterator[Management]:
         user, password = parts.username or "guest", parts.password or "guest"
         yield Management(base, user, password, True, amqp_url)
         return
-    services: ServiceEndpoints = request.getfixturevalue("services")
+    with our_management(request.getfixturevalue("services")) as ours:
+        yield ours
+
+
+@contextmanager
+def our_management(services: ServiceEndpoints) -> Iterator[Management]:
+    """A proxy of our own with its management listener (API and web UI) on a free port."""
     port = free_port()
     config = proxy_config(
         services.zookeeper,
@@ -118,3 +127,14 @@ def management(request: pytest.FixtureRequest) -> Iterator[Management]:
         yield Management(f"http://127.0.0.1:{port}", "guest", "guest", False, proxy.amqp_url())
     finally:
         proxy.stop()
+
+
+def closed_by_broker(connection: pika.BlockingConnection, timeout: float = 15.0) -> Any:
+    """(reply code, reply text) of the broker's connection.close, or None within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            connection.process_data_events(time_limit=0.2)
+        except pika.exceptions.ConnectionClosedByBroker as e:
+            return (e.reply_code, e.reply_text)
+    return None
