@@ -2,13 +2,17 @@
 (Debian's chromium through selenium, tests/support/browser.py): log in, watch a queue's
 depth follow pika's publishes, purge it, publish from an exchange's page and get the
 message from the queue's page, close a pika connection with a reason. Each page's
-screenshot goes to docs/images/ui-<page>.png (shown in docs/management.md).
+screenshot goes to a temporary folder, or with STARLIGHT_TEST_SCREENSHOTS=docs to
+docs/images/ui-<page>.png (shown in docs/management.md), so that a test run leaves the
+checkout as it was.
 
 Proxy-only: RabbitMQ serves a UI of its own."""
 
 from __future__ import annotations
 
 import base64
+import os
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,7 +40,11 @@ from tests.integration.test_management_auth import SECRET, token
 from tests.support.browser import find_chromium, screenshot, start_chromium
 from tests.support.management_api import Management, closed_by_broker, our_management
 
-IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+IMAGES = (
+    Path(__file__).resolve().parents[2] / "docs" / "images"
+    if os.environ.get("STARLIGHT_TEST_SCREENSHOTS") == "docs"
+    else Path(tempfile.gettempdir()) / "starlight-ui-screenshots"
+)
 WAIT = 30.0  # s: the page refreshes every 5 s, the connection list lags by about 1 s
 
 # A name with markup and quotes in it: the page must show it as text.
