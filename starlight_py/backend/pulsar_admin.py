@@ -16,12 +16,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 from urllib.parse import quote, unquote_plus
 
 from starlight_py.backend.broker_auth import BrokerAuth, BrokerAuthError, BrokerClientSettings
 from starlight_py.config import ConfigError, StarlightConfig
+from starlight_py.model.counts import QueueFlow
 from starlight_py.model.naming import TopicName, quote_path_segment
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.units import SECONDS
@@ -130,6 +131,11 @@ class SubscriptionStats:
     # Stored size of the backlog (bodies plus Pulsar metadata and properties); only when
     # asked for (`with_bytes`), else 0.
     backlog_bytes: int = 0
+    # How messages flow, as the owning broker counts them since it loaded the topic:
+    # into the topic (all its subscriptions share these), out of this subscription to its
+    # consumers, acknowledged, and dispatched again. Rates are per second, over the
+    # broker's last statsUpdateFrequencyInSecs.
+    flow: QueueFlow = field(default_factory=QueueFlow)
 
     @property
     def ready(self) -> int:
@@ -525,6 +531,14 @@ class PulsarAdmin:
                     consumer_names=tuple(
                         str(consumer.get("consumerName", ""))
                         for consumer in stats.get("consumers", [])
+                    ),
+                    flow=QueueFlow(
+                        published=int(answer.get("msgInCounter", 0)),
+                        publish_rate=float(answer.get("msgRateIn", 0.0)),
+                        delivered=int(stats.get("msgOutCounter", 0)),
+                        deliver_rate=float(stats.get("msgRateOut", 0.0)),
+                        ack_rate=float(stats.get("messageAckRate", 0.0)),
+                        redeliver_rate=float(stats.get("msgRateRedeliver", 0.0)),
                     ),
                 )
                 for name, stats in answer.get("subscriptions", {}).items()

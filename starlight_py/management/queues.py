@@ -24,7 +24,7 @@ from starlight_py.model.topology import Queue, check_queue_name_declarable
 
 def _shaped(call: ApiCall, record: VhostRecord, queue: Queue) -> dict[str, object]:
     topology = call.context.services.topology
-    counts = topology.queue_counts(record.name, record.namespace, queue.name)
+    counts, flow = topology.queue_overview(record.name, record.namespace, queue.name)
     ready = counts.message_count
     unacked = topology.held_messages(record.name, queue.name)
     rates = call.context.rates.observe(
@@ -32,7 +32,9 @@ def _shaped(call: ApiCall, record: VhostRecord, queue: Queue) -> dict[str, objec
         {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked},
     )
     policy = call.context.services.cache.policy_of(record.name, "queues", queue.name)
-    return queue_json(record.name, queue, ready, unacked, counts.consumer_count, rates, policy)
+    shaped = queue_json(record.name, queue, ready, unacked, counts.consumer_count, rates, policy)
+    shaped["message_stats"] = flow.message_stats()
+    return shaped
 
 
 def list_queues(call: ApiCall) -> Answer:

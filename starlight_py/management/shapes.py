@@ -28,8 +28,9 @@ def queue_json(
     policy: Policy | None = None,
 ) -> dict[str, Any]:
     """A queue as GET /api/queues lists it: counts, and how fast they change (`rates` by
-    count name, management/rates.py; no publish/deliver rates, see docs/management.md),
-    the policy that applies to it. `arguments` are the declared ones, as on RabbitMQ."""
+    count name, management/rates.py; `message_stats` are added by the caller, from
+    Pulsar's stats), the policy that applies to it. `arguments` are the declared ones, as
+    on RabbitMQ."""
     total = ready + unacked
     rates = rates or {}
     return {

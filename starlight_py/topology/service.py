@@ -53,7 +53,7 @@ from starlight_py.metadata.zookeeper import (
     ZooKeeperClient,
 )
 from starlight_py.model import naming
-from starlight_py.model.counts import ready_messages
+from starlight_py.model.counts import QueueFlow, ready_messages
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.priorities import PRIORITY_BAND_TYPE, band_count, max_priority_of
 from starlight_py.model.queue_limits import QueueDepth
@@ -494,14 +494,21 @@ class TopologyService:
         before consume-ok and removes it before cancel-ok, while a Pulsar consumer stays
         open after a cancel as long as the channel holds messages it delivered (and
         basic.get uses Pulsar consumers too)."""
+        return self.queue_overview(vhost, namespace, name)[0]
+
+    def queue_overview(
+        self, vhost: str, namespace: NamespaceName, name: str
+    ) -> tuple[QueueCounts, QueueFlow]:
+        """`queue_counts`, and how messages flow through the queue (from the same stats
+        calls). Raises as `queue_depth`."""
         consumers = self.consumer_count(vhost, name)
         found = self.get_queue(vhost, name)
         if found is not None and is_stream(found[0].arguments):
             # RabbitMQ 3.10 counts no messages in a stream's declare-ok; its size is in
             # `queue_depth` (starlight-admin, metrics).
-            return QueueCounts(0, consumers)
-        depth, _ = self.queue_depth(vhost, namespace, name, False)
-        return QueueCounts(depth.messages, consumers)
+            return QueueCounts(0, consumers), QueueFlow()
+        depth, _, flow = self.queue_depth_and_flow(vhost, namespace, name, False)
+        return QueueCounts(depth.messages, consumers), flow
 
     def consumer_count(self, vhost: str, name: str) -> int:
         """The queue's AMQP consumers on every proxy (their ZooKeeper registrations)."""
@@ -531,6 +538,15 @@ class TopologyService:
         `queue_counts`, with each binding subscription's topic and ready count as Pulsar
         sees it (for drop-head). Raises PulsarAdminError, BackendUnavailable,
         MetadataUnavailable."""
+        depth, by_subscription, _ = self.queue_depth_and_flow(vhost, namespace, name, with_bytes)
+        return depth, by_subscription
+
+    def queue_depth_and_flow(
+        self, vhost: str, namespace: NamespaceName, name: str, with_bytes: bool
+    ) -> tuple[QueueDepth, dict[str, tuple[naming.TopicName, int]], QueueFlow]:
+        """`queue_depth`, and the flow through the queue's subscriptions. Raises as
+        `queue_depth`."""
+        flow = QueueFlow()
         waiting = 0
         undispatched = 0
         stored = 0
@@ -545,6 +561,7 @@ class TopologyService:
                 stored += stats.backlog_bytes
                 backlog += stats.backlog
                 by_subscription[binding_set.subscription] = (topic, stats.ready)
+                flow = flow.plus(stats.flow)
         ready = 0
         if waiting:
             ready = ready_messages(
@@ -554,7 +571,7 @@ class TopologyService:
                 self.local_settling(vhost, name),
             )
         size = stored * ready // backlog if backlog > 0 else 0
-        return QueueDepth(ready, size), by_subscription
+        return QueueDepth(ready, size), by_subscription, flow
 
     def delete_queue(
         self,

@@ -191,6 +191,27 @@ def test_queue_counts_messages_and_purge_empties_it(
     assert (missing.status, missing.body) == (404, NOT_FOUND)
 
 
+def test_queue_message_stats_count_publishes(management: Management, queue_name: str) -> None:
+    path = f"/api/queues/%2F/{queue_name}"
+    management.call("PUT", path, {})
+    for i in range(4):
+        publish(management, queue_name, f"m{i}")
+    management.wait_for(path, "messages", 4)
+    taken = management.call(
+        "POST", f"{path}/get", {"count": 4, "ackmode": "ack_requeue_false", "encoding": "auto"}
+    )
+    assert len(taken.body) == 4
+
+    def counted() -> dict[str, Any] | None:
+        stats = management.call("GET", path).body.get("message_stats", {})
+        return stats if stats.get("publish") == 4 else None
+
+    stats = wait_until(counted, 30)
+    assert stats is not None, management.call("GET", path).body.get("message_stats")
+    for rate in ("publish_details", "deliver_get_details", "ack_details"):
+        assert isinstance(stats[rate]["rate"], (int, float)), stats
+
+
 def test_queue_delete_then_404(management: Management, queue_name: str) -> None:
     path = f"/api/queues/%2F/{queue_name}"
     management.call("PUT", path, {})
