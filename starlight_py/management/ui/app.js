@@ -117,11 +117,13 @@ async function overviewLive() {
     api("GET", "/overview"),
     api("GET", "/nodes"),
     api("GET", "/queues?columns=messages,messages_ready,messages_unacknowledged," +
-      "messages_details,messages_ready_details,messages_unacknowledged_details"),
+      "messages_details,messages_ready_details,messages_unacknowledged_details,message_stats"),
   ]);
   $("product").textContent = `${overview.product_version} (RabbitMQ API ${overview.management_version})`;
   const sum = (key) => queues.reduce((total, q) => total + (q[key] || 0), 0);
   const sumRate = (key) => ({ rate: queues.reduce((t, q) => t + ((q[key] && q[key].rate) || 0), 0) });
+  const flowOf = (q, key) => (q.message_stats && q.message_stats[key] && q.message_stats[key].rate) || 0;
+  const sumFlow = (key) => ({ rate: queues.reduce((t, q) => t + flowOf(q, key), 0) });
   const totals = overview.object_totals || {};
   return [
     section("Totals", table(
@@ -134,8 +136,12 @@ async function overviewLive() {
       ["ready_rate", "Ready change", () => rate(sumRate("messages_ready_details"))],
       ["unacked_rate", "Unacked change", () => rate(sumRate("messages_unacknowledged_details"))],
       ["total_rate", "Total change", () => rate(sumRate("messages_details"))],
+      ["publish_rate", "Published", () => rate(sumFlow("publish_details"))],
+      ["deliver_rate", "Delivered", () => rate(sumFlow("deliver_get_details"))],
+      ["ack_rate", "Acked", () => rate(sumFlow("ack_details"))],
     ], [{}]), el("p", { class: "hint" },
-      "Rates are how fast the counts change; publish and deliver rates are in the Prometheus metrics.")),
+      "Changes are how fast the counts change; published, delivered and acked rates are " +
+      "Pulsar's, over its last statistics interval.")),
     section("Proxies", table([
       ["name", "Proxy", (n) => n.name],
       ["host", "Host", (n) => n.starlight_host],
@@ -260,6 +266,8 @@ const queueColumns = [
   ["messages", "Total", (q) => q.messages],
   ["consumers", "Consumers", (q) => q.consumers],
   ["rate", "Change", (q) => rate(q.messages_details)],
+  ["publish_rate", "Incoming", (q) => rate(q.message_stats && q.message_stats.publish_details)],
+  ["deliver_rate", "Delivered", (q) => rate(q.message_stats && q.message_stats.deliver_get_details)],
 ];
 
 async function queuesLive() {
