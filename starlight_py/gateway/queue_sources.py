@@ -11,16 +11,8 @@ from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
-from starlight_py.model.priorities import band_count, max_priority_of
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import TopologyService
-
-
-def expected_set_count(queue: Queue) -> int:
-    """How many binding sets a queue has at least: its default binding, and a priority
-    queue's bands."""
-    max_priority = max_priority_of(queue.arguments)
-    return 1 + (band_count(max_priority) if max_priority is not None else 0)
 
 
 class QueueSources:
@@ -48,31 +40,16 @@ class QueueSources:
         found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue)
         return record, [s for s, _ in found]
 
-    def cached_sets(self, queue: Queue) -> list[BindingSet] | None:
-        """The queue's own binding sets from the topology cache, None unless it has at
-        least those the queue was declared with."""
-        sets = self.cache.binding_sets_of_queue(self.ctx.vhost, queue.name)
-        if not sets or len(sets) < expected_set_count(queue):
-            return None
-        return sets
-
     async def binding_sets_of(self, queue: Queue) -> list[BindingSet]:
-        """The binding sets to read `queue` from: its own (the cache's, else ZooKeeper's)
-        and the retired ones still draining into it, always from ZooKeeper: an unbind a
-        moment ago may not be in the cache yet, and its messages must not be left behind."""
-        vhost = self.ctx.vhost
-        cached = self.cached_sets(queue)
-        if cached is None:
-            found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue.name)
-            return [s for s, _ in found]
-        draining = await trio.to_thread.run_sync(self.topology.draining, vhost, queue.name)
-        known = {s.subscription for s in cached}
-        extra = [
-            record.binding_set
-            for record, _ in draining
-            if record.binding_set is not None and record.binding_set.subscription not in known
-        ]
-        return cached + extra
+        """The binding sets to read `queue` from, with the retired ones still draining into
+        it, from ZooKeeper. Not from the cache: a binding this connection made a moment ago
+        (declare, bind, consume in a row) may not be in it yet, and a consumer that started
+        without it would never read that binding's messages (a fanout subscriber got
+        nothing in CI), nor an unbind's messages still draining."""
+        found = await trio.to_thread.run_sync(
+            self.topology.binding_sets, self.ctx.vhost, queue.name
+        )
+        return [s for s, _ in found]
 
     async def subscription_stats(self, sets: list[BindingSet]) -> dict[str, SubscriptionStats]:
         """Pulsar's stats of each set's subscription (asked at once), by subscription."""

@@ -46,10 +46,6 @@ def pulsar_cluster(
         brokers=2,
         bookies=3,
         broker_settings={"metadataStoreSessionTimeoutMillis": str(BROKER_SESSION_TIMEOUT_MS)},
-        proxy_settings={
-            "subscriptionCleanerIntervalMillis": "1000",
-            "subscriptionCleanerGracePeriodMillis": "2000",
-        },
         distribution=pulsar_distribution,
     )
     cluster.start()
@@ -418,32 +414,3 @@ def _queue_gone(cluster: LocalCluster, queue: str) -> bool:
         except pika.exceptions.ChannelClosedByBroker as e:
             return e.reply_code == 404
     return False
-
-
-def test_namespaces_and_the_cleaner_work_on_the_cluster(cluster: LocalCluster) -> None:
-    """A new vhost's namespace is created on the cluster (amqpAutoCreateNamespaces), and
-    the cleaner deletes an unbound binding's subscription once it is drained."""
-    admin = admin_of(cluster)
-    vhost = unique("vh", "cluster")
-    url = cluster.amqp_url.rsplit("/", 1)[0] + "/" + vhost
-    exchange, queue = unique("x", "cluster"), unique("q", "cluster")
-    with connect(url) as connection:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.exchange_declare(exchange, "fanout")
-        channel.queue_declare(queue)
-        channel.queue_bind(queue, exchange)
-        channel.basic_publish(exchange, "", b"one")
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        assert (method is not None, body) == (True, b"one")
-        namespace = next(n for n in admin.namespaces("public") if n.endswith("/" + vhost))
-        topic = naming.exchange_topic(NamespaceName(*namespace.split("/")), exchange, "fanout", "")
-        assert len(admin.subscription_stats(topic)) == 1
-        channel.queue_unbind(queue, exchange)
-        wait_for(
-            lambda: admin.subscription_stats(topic) == {},
-            60,
-            "the cleaner deleted the unbound binding's subscription",
-        )
-        channel.queue_delete(queue)
-        channel.exchange_delete(exchange)
