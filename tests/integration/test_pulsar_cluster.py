@@ -21,7 +21,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.backend.pulsar_admin import PulsarAdmin, PulsarAdminError
 from starlight_py.local.cluster import LocalCluster
 from starlight_py.local.pulsar_cluster import PulsarCluster
 from starlight_py.model import naming
@@ -321,9 +321,19 @@ def test_a_bookie_killed_under_load_loses_nothing(cluster: LocalCluster) -> None
 
 
 def move_every_topic(admin: PulsarAdmin, topics: list[naming.TopicName]) -> None:
-    """Split the bundle of each topic (its topics are unloaded and looked up again)."""
-    for topic in topics:
-        admin.split_bundle(str(NAMESPACE), admin.topic_bundle(topic), unload=True)
+    """Split the bundle of each topic (its topics are unloaded and looked up again), each
+    bundle once; a bundle another split is still unloading is tried again."""
+    bundles = {admin.topic_bundle(topic) for topic in topics}
+    for bundle in sorted(bundles):
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                admin.split_bundle(str(NAMESPACE), bundle, unload=True)
+                break
+            except PulsarAdminError as e:
+                if "being unloaded" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
 
 def get_all(channel: BlockingChannel, queue: str, timeout: float = 30) -> list[bytes]:
