@@ -129,17 +129,10 @@ def broker_conf(
     )
 
 
-class Bookie:
-    """One BookKeeper bookie JVM; same port and data across restarts."""
+class _JvmPart:
+    """What a bookie and a broker share: one JVM in its own process group, with a log."""
 
-    def __init__(self, index: int, data_dir: Path, zookeeper: str, log: Log) -> None:
-        self.index = index
-        self.data_dir = data_dir
-        self.port = free_port()
-        self._stats_port = free_port()
-        self._zookeeper = zookeeper
-        self._log = log
-        self._process = ServerProcess(f"bookie {index}", data_dir / "bookie.log")
+    _process: ServerProcess
 
     @property
     def pid(self) -> int | None:
@@ -151,6 +144,26 @@ class Bookie:
 
     def is_running(self) -> bool:
         return self._process.is_running()
+
+    def kill(self) -> None:
+        """kill -9, and wait until it is gone. Raises LocalInfraError."""
+        self._process.stop(0)
+
+    def stop(self, timeout: float = 30) -> None:
+        self._process.stop(timeout)
+
+
+class Bookie(_JvmPart):
+    """One BookKeeper bookie JVM; same port and data across restarts."""
+
+    def __init__(self, index: int, data_dir: Path, zookeeper: str, log: Log) -> None:
+        self.index = index
+        self.data_dir = data_dir
+        self.port = free_port()
+        self._stats_port = free_port()
+        self._zookeeper = zookeeper
+        self._log = log
+        self._process = ServerProcess(f"bookie {index}", data_dir / "bookie.log")
 
     def launch(self, distribution: Path, java: str) -> None:
         """Start the JVM (see :meth:`wait_until_ready`). Raises LocalInfraError."""
@@ -191,15 +204,8 @@ class Bookie:
             f'"{_BOOKIE_READY_LINE}" in its log',
         )
 
-    def kill(self) -> None:
-        """kill -9, and wait until it is gone. Raises LocalInfraError."""
-        self._process.stop(0)
 
-    def stop(self, timeout: float = 30) -> None:
-        self._process.stop(timeout)
-
-
-class Broker:
+class Broker(_JvmPart):
     """One Pulsar broker JVM; same ports across restarts."""
 
     def __init__(
@@ -228,17 +234,6 @@ class Broker:
     @property
     def web_url(self) -> str:
         return f"http://{LOOPBACK}:{self.web_port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid
-
-    @property
-    def log_path(self) -> Path:
-        return self._process.log_path
-
-    def is_running(self) -> bool:
-        return self._process.is_running()
 
     def launch(self, distribution: Path, java: str) -> None:
         """Start the JVM (see :meth:`wait_until_ready`). Raises LocalInfraError."""
@@ -280,13 +275,6 @@ class Broker:
             timeout,
             f'"{READY_LOG_LINE}" in its log and public/default in its admin API',
         )
-
-    def kill(self) -> None:
-        """kill -9, and wait until it is gone. Raises LocalInfraError."""
-        self._process.stop(0)
-
-    def stop(self, timeout: float = 30) -> None:
-        self._process.stop(timeout)
 
 
 class PulsarCluster:
