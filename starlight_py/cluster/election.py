@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 
 from starlight_py.metadata.zookeeper import NodeMissing, ZooKeeperClient
 
@@ -44,6 +45,12 @@ class LeaderElection:
             candidates = self.zk.children(self.path)
         ordered = sorted(c for c in candidates if c.startswith(PREFIX))
         return bool(ordered) and ordered[0] == self._candidate
+
+    def watch(self, callback: Callable[[], object]) -> None:
+        """Call `callback` (on kazoo's event thread) whenever a candidate stands or goes, so
+        that whoever asks `leader_identity` learns of a new leader at once rather than at
+        its next poll. Raises MetadataUnavailable."""
+        self.zk.watch_children(self.path, lambda _children: callback())
 
     def leader_identity(self) -> str | None:
         """The identity of the current leader, if any."""

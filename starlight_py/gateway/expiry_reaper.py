@@ -25,6 +25,7 @@ Queues with consumers are left to them: their deliveries expire what they read.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -54,7 +55,7 @@ from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.expiry")
 
-REFRESH = 0.5  # s: whether this proxy leads is asked again this often
+REFRESH = 0.5  # s: whether this proxy leads is asked again this often (and on a change)
 TICK = 0.1  # s: the topology is looked at for new queues this often
 IDLE_POLL = 1.0  # s: the leader looks again at a queue whose head does not expire
 BUSY_POLL = 1.0  # s: a queue with consumers is looked at again after this long
@@ -88,6 +89,9 @@ class ExpiryReaper:
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         # A vhost's unacked deliveries, where messages dying here are held meanwhile.
         held_of: Callable[[str], HeldCounts | None] = lambda _vhost: None,
+        # Blocking: call the given function (from any thread) whenever the candidates for
+        # the lead change, so that a new leader takes over at once, not at its next poll.
+        watch_lead: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.cache = cache
         self.topology = topology
@@ -105,6 +109,8 @@ class ExpiryReaper:
         self._nursery: trio.Nursery | None = None
         self._limiter = trio.CapacityLimiter(PARALLEL)
         self._leading = False  # as of the last refresh
+        self.watch_lead = watch_lead
+        self._lead_changed = False  # the candidates changed since the lead was last asked
 
     # ---- from publishers (trio thread) ---------------------------------------------------------
 
@@ -125,11 +131,16 @@ class ExpiryReaper:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if self.watch_lead is not None:
+                nursery.start_soon(
+                    self._watch_lead, self.watch_lead, trio.lowlevel.current_trio_token()
+                )
             asked = float("-inf")  # when the lead was last asked for
             seen_changes = -1
             while True:
                 now = trio.current_time()
-                if now - asked >= REFRESH:
+                if now - asked >= REFRESH or self._lead_changed:
+                    self._lead_changed = False
                     self._leading = await self._ask_lead()
                     asked = now
                     seen_changes = -1
@@ -149,6 +160,25 @@ class ExpiryReaper:
                 self._wakeup = trio.Event()
                 with trio.move_on_at(until):
                     await self._wakeup.wait()
+
+    async def _watch_lead(
+        self, watch: Callable[[Callable[[], None]], None], token: trio.lowlevel.TrioToken
+    ) -> None:
+        def changed() -> None:  # on kazoo's thread
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._candidates_changed)
+
+        while True:
+            try:
+                await trio.to_thread.run_sync(watch, changed, abandon_on_cancel=True)
+                return
+            except MetadataUnavailable as e:
+                log.debug("expiry: cannot watch the lead yet: %s", e)
+                await trio.sleep(RETRY)
+
+    def _candidates_changed(self) -> None:
+        self._lead_changed = True
+        self._wakeup.set()
 
     async def _ask_lead(self) -> bool:
         try:

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 # A new consumer gets its first message a few ms after subscribing; stats said it is there.
 GET_WAIT = 0.5
+# While Pulsar's stats still say a subscription has undispatched messages, a get keeps
+# waiting for one (a loaded broker can take longer than GET_WAIT to dispatch to a new
+# consumer) instead of answering get-empty next to a count of 1, up to this long in all.
+GET_PATIENCE = 5.0
 GETTER_IDLE = 0.5
 HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
 # Only delayed messages are pending: the broker hands one out once due, and only to a
@@ -139,11 +143,41 @@ class Getters:
                 )
                 session.getters[binding_set.subscription] = getter
             remaining = max(0, total_ready - 1)
-            if await self._get_from(
+            if await self._get_patiently(
                 session, getter, queue, binding_set, no_ack, remaining, wait, record
             ):
                 return
         session.core.get_empty()
+
+    async def _get_patiently(
+        self,
+        session: ChannelSession,
+        handle: ConsumerHandle,
+        queue: str,
+        binding_set: BindingSet,
+        no_ack: bool,
+        remaining: int,
+        wait: float,
+        record: Queue,
+    ) -> bool:
+        """`_get_from`, waiting again while Pulsar still counts undispatched messages in
+        the subscription (up to GET_PATIENCE): RabbitMQ answers a get with a message
+        whenever its count says there is one. Delayed messages get one short wait."""
+        deadline = trio.current_time() + GET_PATIENCE
+        while True:
+            if await self._get_from(
+                session, handle, queue, binding_set, no_ack, remaining, wait, record
+            ):
+                return True
+            if wait == DELAYED_WAIT or trio.current_time() >= deadline:
+                return False
+            fresh = await self.consumers.sources.subscription_stats([binding_set])
+            found = fresh.get(binding_set.subscription)
+            if found is None or found.ready <= 0:
+                # Dispatched meanwhile: to another consumer, or to this getter just now.
+                return await self._get_from(
+                    session, handle, queue, binding_set, no_ack, remaining, HELD_WAIT, record
+                )
 
     async def _get_from(
         self,

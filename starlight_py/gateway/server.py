@@ -150,6 +150,7 @@ class ProxyServices:
                     and cleaner.election.leader_identity() == cleaner.election.identity
                 ),
                 held_of=self.held.of,
+                watch_lead=None if cleaner is None else cleaner.election.watch,
             )
 
     def user_deleted(self, name: str) -> None:

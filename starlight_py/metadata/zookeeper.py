@@ -25,6 +25,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
 
 from starlight_py.units import SECONDS
@@ -214,6 +215,15 @@ class ZooKeeperClient:
         except NodeMissing:
             return []
         return result
+
+    def watch_children(self, path: str, callback: Callable[[list[str]], object]) -> None:
+        """Call `callback` with the children of `path` now and whenever they change, on
+        kazoo's event thread (never block there), across reconnections. Creates `path`."""
+        self.ensure_path(path)
+        try:
+            ChildrenWatch(self.kazoo, path, callback)
+        except Exception as e:
+            raise _translate(e) from e
 
     def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False) -> None:
         """Raises NodeAlreadyExists, NodeMissing (parent), MetadataUnavailable."""

@@ -106,6 +106,29 @@ def reply_code(action: Callable[[BlockingChannel], object], proxy: ProxyThread) 
 # ---- registry and election -----------------------------------------------------------------
 
 
+def test_a_watch_on_the_election_hears_candidates_stand_and_go(
+    zookeeper: ZooKeeperClient, paths: Paths
+) -> None:
+    """The expiry reaper learns of a new leader from this watch, not at its next poll."""
+    heard: list[float] = []
+    observer = LeaderElection(zookeeper, paths.cleaner_election, "observer")
+    observer.watch(lambda: heard.append(time.monotonic()))
+    assert eventually(lambda: len(heard) == 1)  # called once at once
+    first = LeaderElection(zookeeper, paths.cleaner_election, "first")
+    second = LeaderElection(zookeeper, paths.cleaner_election, "second")
+    assert first.is_leader()
+    assert eventually(lambda: len(heard) >= 2)
+    assert not second.is_leader()
+    assert eventually(lambda: len(heard) >= 3)
+    first.resign()
+    assert eventually(lambda: len(heard) >= 4)
+    assert second.is_leader()
+    assert observer.leader_identity() == "second"
+    second.resign()
+    assert eventually(lambda: len(heard) >= 5)
+    assert observer.leader_identity() is None
+
+
 def test_each_live_proxy_is_registered_and_a_stopped_one_leaves(
     start: Callable[[], ProxyThread], zookeeper: ZooKeeperClient, paths: Paths
 ) -> None:

@@ -3,6 +3,7 @@ purge-ok message_count, exactly as RabbitMQ 3.10 reports them (ready messages on
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -272,3 +273,49 @@ def test_queues_of_a_shared_exchange_count_only_what_was_routed_to_them(
     # Nothing of queue a was taken by the pre-acks of queue b.
     assert sorted(amqp_fixtures.drain(channel, queue_a, 5)) == [f"a{i}".encode() for i in range(5)]
     assert channel.queue_purge(queue_b).method.message_count == 1
+
+
+def test_every_get_on_a_new_channel_finds_a_message_while_others_publish(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    """RabbitMQ answers basic.get with a message whenever its count says there is one. Each
+    get here is on a new channel (a new reader of the queue, which Pulsar must first dispatch
+    to) while another connection keeps publishing to another queue: 40 gets, 40 messages in
+    order, and the count after each is one less."""
+    channel = confirming_channel(connect())
+    queue, busy = created.queue("get"), created.queue("busy")
+    channel.queue_declare(queue)
+    channel.queue_declare(busy)
+    total = 40
+    publish(channel, queue, total)
+    assert wait_for_counts(channel, queue, (total, 0)) == (total, 0)
+    stop = threading.Event()
+    publisher = connect()
+
+    def keep_publishing() -> None:
+        load = publisher.channel()
+        while not stop.is_set():
+            for _ in range(50):
+                load.basic_publish("", busy, b"x" * 1024)
+            publisher.process_data_events(time_limit=0)
+
+    loader = threading.Thread(target=keep_publishing, daemon=True)
+    loader.start()
+    got: list[bytes] = []
+    left: list[int] = []
+    try:
+        with connect() as getting:
+            for _ in range(total):
+                get_channel = getting.channel()
+                method, _properties, body = get_channel.basic_get(queue, auto_ack=True)
+                if method is None:
+                    break
+                got.append(body)
+                left.append(method.message_count)
+                get_channel.close()
+    finally:
+        stop.set()
+        loader.join(timeout=10)
+    assert got == [f"m{i}".encode() for i in range(total)]
+    assert left == list(range(total - 1, -1, -1))
+    channel.queue_purge(busy)
