@@ -34,7 +34,7 @@ from typing import Any
 
 import aio_pika
 
-from starlight_py.bench.infra import BenchError, say, start_proxy, start_pulsar
+from starlight_py.bench.infra import BenchError, private_proxy, say
 
 BODY = struct.Struct(">qII")
 # Publishes awaiting their confirm at once: enough to keep the proxy busy.
@@ -67,14 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         url = args.url
         if url is None:
-            work_dir = Path(tempfile.mkdtemp(prefix="starlight-delayed-"))
-            if args.keep:
-                say(f"servers and logs stay in {work_dir}")
-            else:
-                stack.callback(shutil.rmtree, work_dir, True)
             try:
-                endpoints = start_pulsar(stack, work_dir)
-                _, url = start_proxy(stack, work_dir, endpoints)
+                url = private_proxy(stack, "starlight-delayed-", args.keep)
             except BenchError as e:
                 say(f"cannot run: {e}")
                 return 1

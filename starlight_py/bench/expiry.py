@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import struct
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -39,7 +37,7 @@ import pika  # type: ignore[import-untyped]
 import pika.exceptions  # type: ignore[import-untyped]
 from pika.adapters.blocking_connection import BlockingChannel  # type: ignore[import-untyped]
 
-from starlight_py.bench.infra import BenchError, say, start_proxy, start_pulsar
+from starlight_py.bench.infra import BenchError, private_proxy, say
 
 BODY = struct.Struct(">qI")  # publish time (time.time_ns() before the call), sequence
 GRACE_SECONDS = 10.0  # how long after the last message is due stragglers are waited for
@@ -99,11 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         url = args.url
         if url is None:
-            work_dir = Path(tempfile.mkdtemp(prefix="starlight-expiry-"))
-            stack.callback(shutil.rmtree, work_dir, True)
             try:
-                endpoints = start_pulsar(stack, work_dir)
-                _, url = start_proxy(stack, work_dir, endpoints)
+                url = private_proxy(stack, "starlight-expiry-")
             except BenchError as e:
                 say(f"cannot run: {e}")
                 return 1

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -392,6 +393,19 @@ def start_proxy(
     except Exception as e:
         raise BenchError(f"the proxy listens but the AMQP handshake failed: {e}") from e
     return proxy, url
+
+
+def private_proxy(stack: ExitStack, prefix: str, keep: bool = False) -> str:
+    """ZooKeeper, Pulsar standalone and one proxy in a new temporary folder (removed when
+    `stack` closes unless `keep`), for the scripts that measure one behaviour; returns the
+    proxy's amqp:// URL. Raises BenchError."""
+    work_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    if keep:
+        say(f"servers and logs stay in {work_dir}")
+    else:
+        stack.callback(shutil.rmtree, work_dir, True)
+    endpoints = start_pulsar(stack, work_dir)
+    return start_proxy(stack, work_dir, endpoints)[1]
 
 
 def _stop_logged(process: GroupProcess, grace: float) -> None:

@@ -143,41 +143,27 @@ class Getters:
                 )
                 session.getters[binding_set.subscription] = getter
             remaining = max(0, total_ready - 1)
-            if await self._get_patiently(
-                session, getter, queue, binding_set, no_ack, remaining, wait, record
-            ):
-                return
+            # While Pulsar still counts undispatched messages, wait again (RabbitMQ answers
+            # a get with a message whenever its count says there is one); once it does not,
+            # one short look at what may have reached the getter just now.
+            deadline = trio.current_time() + GET_PATIENCE
+            while True:
+                if await self._get_from(
+                    session, getter, queue, binding_set, no_ack, remaining, wait, record
+                ):
+                    return
+                if wait != GET_WAIT or trio.current_time() >= deadline:
+                    break
+                if not await self._undispatched(binding_set):
+                    wait = HELD_WAIT
         session.core.get_empty()
 
-    async def _get_patiently(
-        self,
-        session: ChannelSession,
-        handle: ConsumerHandle,
-        queue: str,
-        binding_set: BindingSet,
-        no_ack: bool,
-        remaining: int,
-        wait: float,
-        record: Queue,
-    ) -> bool:
-        """`_get_from`, waiting again while Pulsar still counts undispatched messages in
-        the subscription (up to GET_PATIENCE): RabbitMQ answers a get with a message
-        whenever its count says there is one. Delayed messages get one short wait."""
-        deadline = trio.current_time() + GET_PATIENCE
-        while True:
-            if await self._get_from(
-                session, handle, queue, binding_set, no_ack, remaining, wait, record
-            ):
-                return True
-            if wait == DELAYED_WAIT or trio.current_time() >= deadline:
-                return False
-            fresh = await self.consumers.sources.subscription_stats([binding_set])
-            found = fresh.get(binding_set.subscription)
-            if found is None or found.ready <= 0:
-                # Dispatched meanwhile: to another consumer, or to this getter just now.
-                return await self._get_from(
-                    session, handle, queue, binding_set, no_ack, remaining, HELD_WAIT, record
-                )
+    async def _undispatched(self, binding_set: BindingSet) -> bool:
+        """Whether Pulsar's stats still count messages of the subscription that no consumer
+        (nor getter) holds."""
+        fresh = await self.consumers.sources.subscription_stats([binding_set])
+        found = fresh.get(binding_set.subscription)
+        return found is not None and found.ready > 0
 
     async def _get_from(
         self,
