@@ -17,14 +17,21 @@ lateness min / p50 / p90 / p99 / max, and the first message's alone (right after
 starts, whether it leads the expiry work matters). A script that prints figures, not a test
 (DESIGN.md section 7). Without ``--url`` it starts ZooKeeper, Pulsar standalone and one
 proxy in a temporary folder, like ``starlight_py.bench.delayed``.
+
+``--handover`` starts two proxies instead, measures ``queue-ttl`` through the second one and
+stops the first (the cleaner's leader, which reaps TTL queues nobody reads) gracefully
+halfway through the publishes: the rows "before"/"after" show how late messages left while
+the lead moved.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import struct
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -37,7 +44,7 @@ import pika  # type: ignore[import-untyped]
 import pika.exceptions  # type: ignore[import-untyped]
 from pika.adapters.blocking_connection import BlockingChannel  # type: ignore[import-untyped]
 
-from starlight_py.bench.infra import BenchError, private_proxy, say
+from starlight_py.bench.infra import BenchError, private_proxy, say, start_proxy, start_pulsar
 
 BODY = struct.Struct(">qI")  # publish time (time.time_ns() before the call), sequence
 GRACE_SECONDS = 10.0  # how long after the last message is due stragglers are waited for
@@ -83,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenarios", default=",".join(SCENARIOS), help=f"of {', '.join(SCENARIOS)}"
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--proxy-code", type=Path, help="run the proxies from this checkout (before/after)"
+    )
+    parser.add_argument(
+        "--handover",
+        action="store_true",
+        help="two proxies; stop the leading one halfway (queue-ttl only, no --url)",
+    )
     return parser
 
 
@@ -94,11 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.messages <= 0 or args.ttl_ms <= 0:
         print(f"bad arguments (unknown scenarios: {unknown})", file=sys.stderr)
         return 2
+    if args.handover and args.url:
+        print("--handover starts its own proxies: leave out --url", file=sys.stderr)
+        return 2
     with ExitStack() as stack:
         url = args.url
+        if args.handover:
+            try:
+                return _handover(stack, args)
+            except BenchError as e:
+                say(f"cannot run: {e}")
+                return 1
         if url is None:
             try:
-                url = private_proxy(stack, "starlight-expiry-")
+                url = private_proxy(stack, "starlight-expiry-", code=args.proxy_code)
             except BenchError as e:
                 say(f"cannot run: {e}")
                 return 1
@@ -117,16 +141,55 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if proxy_bad else 0
 
 
-def measure(broker: str, url: str, scenario: str, args: argparse.Namespace) -> Result:
+def _handover(stack: ExitStack, args: argparse.Namespace) -> int:
+    work_dir = Path(tempfile.mkdtemp(prefix="starlight-expiry-"))
+    stack.callback(shutil.rmtree, work_dir, True)
+    endpoints = start_pulsar(stack, work_dir)
+    for name in ("first", "second"):
+        (work_dir / name).mkdir()
+    first, _ = start_proxy(stack, work_dir / "first", endpoints, code=args.proxy_code)
+    _, url = start_proxy(stack, work_dir / "second", endpoints, code=args.proxy_code)
+    time.sleep(2.0)  # both stand in the election; the first one leads
+    say(f"queue-ttl through the second proxy; the first stops after {args.messages // 2}")
+    result = measure("proxy", url, "queue-ttl", args, halfway=lambda: first.stop(grace=30.0))
+    led = "now leads the SubscriptionCleaner" in first.log_path.read_text(errors="replace")
+    say(f"the stopped proxy {'led' if led else 'did NOT lead'} the cleaner and the reaper")
+    half = args.messages // 2
+    before = Result("proxy", "queue-ttl, before the stop", sent=half)
+    after = Result("proxy", "queue-ttl, after the stop", sent=result.sent - half)
+    for part, values in ((before, result.lateness_ms[:half]), (after, result.lateness_ms[half:])):
+        part.lateness_ms = values
+        part.received = len(values)
+        part.early = sum(1 for v in values if v < 0)
+        part.first_ms = values[0] if values else None
+    print(table([result, before, after], args))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in (result, before, after)], indent=1))
+    return 1 if result.lost or result.early or result.error else 0
+
+
+def measure(
+    broker: str,
+    url: str,
+    scenario: str,
+    args: argparse.Namespace,
+    halfway: Callable[[], None] | None = None,
+) -> Result:
     result = Result(broker, scenario)
     try:
-        _run(url, scenario, args, result)
+        _run(url, scenario, args, result, halfway)
     except (pika.exceptions.AMQPError, OSError) as e:
         result.error = f"{type(e).__name__}: {e}"
     return result
 
 
-def _run(url: str, scenario: str, args: argparse.Namespace, result: Result) -> None:
+def _run(
+    url: str,
+    scenario: str,
+    args: argparse.Namespace,
+    result: Result,
+    halfway: Callable[[], None] | None,
+) -> None:
     tag = uuid.uuid4().hex[:8]
     setup = pika.BlockingConnection(pika.URLParameters(url))
     try:
@@ -149,6 +212,9 @@ def _run(url: str, scenario: str, args: argparse.Namespace, result: Result) -> N
         reader.start()
         sent: dict[int, int] = {}
         for sequence in range(args.messages):
+            if halfway is not None and sequence == args.messages // 2:
+                # In a thread: the publishes go on while it stops.
+                threading.Thread(target=halfway, daemon=True).start()
             properties = _properties(scenario, args.ttl_ms)
             published_ns = time.time_ns()
             sent[sequence] = published_ns

@@ -395,7 +395,9 @@ def start_proxy(
     return proxy, url
 
 
-def private_proxy(stack: ExitStack, prefix: str, keep: bool = False) -> str:
+def private_proxy(
+    stack: ExitStack, prefix: str, keep: bool = False, code: Path | None = None
+) -> str:
     """ZooKeeper, Pulsar standalone and one proxy in a new temporary folder (removed when
     `stack` closes unless `keep`), for the scripts that measure one behaviour; returns the
     proxy's amqp:// URL. Raises BenchError."""
@@ -405,7 +407,7 @@ def private_proxy(stack: ExitStack, prefix: str, keep: bool = False) -> str:
     else:
         stack.callback(shutil.rmtree, work_dir, True)
     endpoints = start_pulsar(stack, work_dir)
-    return start_proxy(stack, work_dir, endpoints)[1]
+    return start_proxy(stack, work_dir, endpoints, code=code)[1]
 
 
 def _stop_logged(process: GroupProcess, grace: float) -> None:
