@@ -328,6 +328,7 @@ class Channel:
         banded = bool(consumer.ranks)
         if pending and consumer.started and not consumer.cancelled:
             acked: list[Any] = []
+            acked_queue: str | None = None  # a consumer reads one queue
             vet = self.vet
             tally = self.tally
             number = self.number
@@ -346,6 +347,8 @@ class Channel:
                 self.next_tag = tag + 1
                 if consumer.no_ack:
                     acked.append(source)
+                    if deliverable.queue is not None:
+                        acked_queue = deliverable.queue.name
                 else:
                     queue = deliverable.queue
                     self.unacked[tag] = Unacked(source, consumer, queue)
@@ -372,6 +375,10 @@ class Channel:
                 )
             if acked:
                 self._commands.append(AckMessages(acked))
+                if acked_queue is not None:
+                    # Settled now, though Pulsar hears of it up to ~100 ms later: counts
+                    # taken meanwhile leave these out (RabbitMQ removes them at once).
+                    self.held.acknowledged(acked_queue, len(acked), self.clock())
         self._flow(consumer)
 
     def _band_ran_empty(self, consumer: Consumer, rank: int) -> None:

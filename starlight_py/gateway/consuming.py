@@ -290,7 +290,8 @@ class Consumers:
                 still = await trio.to_thread.run_sync(
                     self.topology.get_queue, self.ctx.vhost, link.queue
                 )
-                if still is None:
+                # Not if cancelled meanwhile (queue_deleted): one basic.cancel per consumer.
+                if still is None and not link.cancelled:
                     await self._server_cancel(link)
                 continue
             if link.waiting:
@@ -329,12 +330,28 @@ class Consumers:
             del link.handles[subscription]
             await trio.to_thread.run_sync(handle.close)
 
+    def queue_deleted(self, queue: str) -> None:
+        """`queue` was deleted through this proxy: cancel its consumers on this connection
+        at once, so that their basic.cancel is written before the deleting channel's
+        delete-ok, as RabbitMQ orders them (a client that re-declares on the cancel has done
+        so before it uses the queue again). Closing their Pulsar consumers follows."""
+        for link in list(self.links):
+            if link.queue == queue and not link.cancelled:
+                self._cancel_now(link)
+                self.spawn(self._finish_server_cancel, link)
+
     async def _server_cancel(self, link: ConsumerLink) -> None:
+        self._cancel_now(link)
+        await self._finish_server_cancel(link)
+
+    def _cancel_now(self, link: ConsumerLink) -> None:
         session = link.session
         if link.core is not None:
             session.core.cancel(link.tag)
             self.execute(session, session.core.take_commands())
         self.notify_cancel(session, link.tag)
+
+    async def _finish_server_cancel(self, link: ConsumerLink) -> None:
         await self._drop_link(link)
         await self._unregister(link, auto_delete=False)
 

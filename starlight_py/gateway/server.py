@@ -128,6 +128,7 @@ class ProxyServices:
         if self.lengths is None:
             self.lengths = QueueLengths(self.topology, self.producers)
         self.topology_methods.trimmed = self.lengths.trimmed
+        self.topology_methods.queue_deleted = self.cancel_consumers_of
         if self.held is None:
             self.held = HeldMessages(self.zookeeper, self.topology.paths, self.ephemerals)
             self.topology.local_held = self.held.local
@@ -152,6 +153,14 @@ class ProxyServices:
                 held_of=self.held.of,
                 watch_lead=None if cleaner is None else cleaner.election.watch,
             )
+
+    def cancel_consumers_of(self, vhost: str, queue: str) -> None:
+        """A queue was deleted through this proxy: its consumers on this proxy get their
+        basic.cancel now, not when the topology cache hears of it (trio thread)."""
+        for connection in list(self.connections):
+            messages = connection.messages
+            if messages is not None and messages.consumers.ctx.vhost == vhost:
+                messages.consumers.queue_deleted(queue)
 
     def user_deleted(self, name: str) -> None:
         """Runs on kazoo's thread: only schedules work on trio's."""

@@ -80,6 +80,8 @@ class TopologyMethods:
         self.cache = cache
         # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).
         self.trimmed: Callable[[str, str], Awaitable[None]] | None = None
+        # A queue (vhost, name) was deleted here: this proxy's consumers of it are cancelled.
+        self.queue_deleted: Callable[[str, str], None] | None = None
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(call, *args)
@@ -237,6 +239,8 @@ class TopologyMethods:
             ctx.owner,
         )
         ctx.exclusive_queues.discard(name)
+        if self.queue_deleted is not None:
+            self.queue_deleted(ctx.vhost, name)  # basic.cancel before delete-ok
         if not method.nowait:
             reply(commands.Queue.DeleteOk(count))
 

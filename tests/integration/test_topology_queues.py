@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands
+from pamqp import commands, frame
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from tests.integration.conftest import Broker
@@ -629,3 +629,51 @@ def test_delete_if_empty_on_an_empty_queue_is_ok(
     assert (type(ok), ok.message_count) == (pika.spec.Queue.DeleteOk, 0)
     error = closes_channel(connection, lambda: channel.queue_declare(name, passive=True))
     assert error.reply_code == 404
+
+
+def test_consumers_hear_their_queues_deleted_before_the_next_reply(
+    broker: Broker, created: Created
+) -> None:
+    """RabbitMQ sends a consumer's basic.cancel at once when its queue is deleted: on one
+    connection it comes before (or a moment after) the deleting channel's delete-ok, and
+    before the answer to the client's next request. Robust clients (aio-pika) re-declare on
+    the cancel; a publish right after the delete-ok must not find the consumer still there.
+    The proxy cancels its own consumers of the queue before it answers the delete; it used
+    to wait for its topology cache, which on a busy connection came several round trips
+    late (aio-pika's test_cancel_during_recovery_wakes_next_pass, 2 of 10 runs)."""
+    queues = [created.queue("a"), created.queue("b")]
+    client = broker.raw()
+    try:
+        client.handshake(capabilities={"consumer_cancel_notify": True})
+        for number in (1, 2):
+            assert isinstance(client.open_channel(number), commands.Channel.OpenOk)
+        for tag, queue in enumerate(queues):
+            client.send_method(1, commands.Queue.Declare(queue=queue))
+            assert isinstance(client.read_method()[1], commands.Queue.DeclareOk)
+            client.send_method(1, commands.Basic.Consume(queue=queue, consumer_tag=f"c{tag}"))
+            assert isinstance(client.read_method()[1], commands.Basic.ConsumeOk)
+        # Both deletes and a qos in one write: the qos answer comes after both delete-oks.
+        client.send(
+            b"".join(
+                frame.marshal(method, 2)
+                for method in (
+                    commands.Queue.Delete(queue=queues[1]),
+                    commands.Queue.Delete(queue=queues[0]),
+                    commands.Basic.Qos(prefetch_count=1),
+                )
+            )
+        )
+        seen: list[tuple[int, str]] = []
+        while (2, "Basic.QosOk") not in seen:
+            channel, method = client.read_method()
+            seen.append((channel, method.name))
+        assert sorted(seen) == [
+            (1, "Basic.Cancel"),
+            (1, "Basic.Cancel"),
+            (2, "Basic.QosOk"),
+            (2, "Queue.DeleteOk"),
+            (2, "Queue.DeleteOk"),
+        ]
+        assert seen[-1] == (2, "Basic.QosOk")
+    finally:
+        client.close()

@@ -115,10 +115,11 @@ class RawClient:
         vhost: str = "/",
         mechanism: str = "PLAIN",
         response: str = "\x00guest\x00guest",
+        capabilities: dict[str, bool] | None = None,
     ) -> Tuned:
         """Header, start-ok (PLAIN guest/guest unless given), tune-ok (server values unless
-        given), open."""
-        tune = self.login(mechanism, response)
+        given), open. `capabilities`: the client's, in start-ok's client properties."""
+        tune = self.login(mechanism, response, capabilities)
         assert isinstance(tune, commands.Connection.Tune), tune
         tuned = Tuned(
             tune.channel_max if channel_max is None else channel_max,
@@ -133,16 +134,24 @@ class RawClient:
         assert isinstance(open_ok, commands.Connection.OpenOk), open_ok
         return tuned
 
-    def login(self, mechanism: str = "PLAIN", response: str = "\x00guest\x00guest") -> PamqpMethod:
+    def login(
+        self,
+        mechanism: str = "PLAIN",
+        response: str = "\x00guest\x00guest",
+        capabilities: dict[str, bool] | None = None,
+    ) -> PamqpMethod:
         """Header and start-ok; returns the server's answer (tune, or connection.close)."""
         self.send(PROTOCOL_HEADER)
         _, start = self.read_method()
         assert isinstance(start, commands.Connection.Start), start
         self.mechanisms = str(start.mechanisms).split()
+        properties: dict[str, object] = {"product": "raw-test"}
+        if capabilities:
+            properties["capabilities"] = capabilities
         self.send_method(
             0,
             commands.Connection.StartOk(
-                client_properties={"product": "raw-test"},
+                client_properties=properties,
                 mechanism=mechanism,
                 response=response,
             ),
