@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from starlight_py.amqp.errors import NotFound
+from starlight_py.metadata.cache import name_of
 from starlight_py.metadata.records import (
     BindingSet,
     ExchangeBinding,
@@ -217,11 +218,44 @@ class ExchangeBindings:
             return []
         if self.zk.children(self.paths.exchange_e2e(vhost, binding.source)) != [binding.entry_name]:
             return []
-        return [
-            *self.delete_ops(vhost, binding.source),
-            Delete(self.paths.exchange_bound(vhost, binding.source)),
-            Delete(self.paths.exchange(vhost, binding.source), found[1]),
-        ]
+        return unique_deletes(
+            [
+                *self.delete_ops(vhost, binding.source),
+                Delete(self.paths.exchange_bound(vhost, binding.source)),
+                Delete(self.paths.exchange(vhost, binding.source), found[1]),
+                *self.cascade_ops(vhost, {binding.source}),
+            ]
+        )
+
+    def cascade_ops(self, vhost: str, deleted: set[str]) -> list[Op]:
+        """RabbitMQ deletes an auto-delete exchange with its last binding, also when that
+        binding goes because its destination exchange does: the ops that delete, with the
+        exchanges in `deleted`, every auto-delete source exchange all of whose bindings lead
+        to them, and so on up the chain (`deleted` grows by those)."""
+        ops: list[Op] = []
+        pending = list(deleted)
+        while pending:
+            destination = pending.pop()
+            for child in self.zk.children(self.paths.exchange_e2e_in(vhost, destination)):
+                source = name_of(child.partition("~~")[0])
+                if source in deleted:
+                    continue
+                found = self._get_exchange(vhost, source)
+                if found is None or not found[0].auto_delete:
+                    continue
+                if self.zk.children(self.paths.exchange_bound(vhost, source)):
+                    continue
+                outgoing = self.zk.children(self.paths.exchange_e2e(vhost, source))
+                if any(name_of(c.partition("~~")[0]) not in deleted for c in outgoing):
+                    continue
+                deleted.add(source)
+                pending.append(source)
+                ops += [
+                    *self.delete_ops(vhost, source),
+                    Delete(self.paths.exchange_bound(vhost, source)),
+                    Delete(self.paths.exchange(vhost, source), found[1]),
+                ]
+        return ops
 
     def in_use_as_source(self, vhost: str, name: str) -> bool:
         return bool(self.zk.children(self.paths.exchange_e2e(vhost, name)))
@@ -231,3 +265,17 @@ class ExchangeBindings:
         if found is None:
             raise NotFound(f"no exchange '{name}' in vhost '{vhost}'", method)
         return found[0]
+
+
+def unique_deletes(ops: list[Op]) -> list[Op]:
+    """`ops` without a second Delete of a path (one transaction cannot delete a znode
+    twice; the deletes of exchanges bound to each other overlap)."""
+    seen: set[str] = set()
+    kept: list[Op] = []
+    for op in ops:
+        if isinstance(op, Delete):
+            if op.path in seen:
+                continue
+            seen.add(op.path)
+        kept.append(op)
+    return kept

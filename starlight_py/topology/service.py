@@ -72,7 +72,7 @@ from starlight_py.model.topology import (
     validate_queue_arguments,
 )
 from starlight_py.topology.errors import TopologyConflict
-from starlight_py.topology.exchange_bindings import ExchangeBindings
+from starlight_py.topology.exchange_bindings import ExchangeBindings, unique_deletes
 
 __all__ = ["QueueCounts", "QueueState", "TopologyConflict", "TopologyService"]
 
@@ -342,7 +342,9 @@ class TopologyService:
                 Delete(self.paths.exchange_bound(vhost, name)),
                 Delete(self.paths.exchange(vhost, name), version),
             ]
-            self._commit_or_retry(ops)
+            # Auto-delete exchanges whose last binding led here go too (RabbitMQ).
+            ops += self.exchange_bindings.cascade_ops(vhost, {name})
+            self._commit_or_retry(unique_deletes(ops))
             log.info("deleted exchange %r in vhost %r", exchange.name, vhost)
             for record in retired:
                 if not record.drain:
@@ -1033,8 +1035,10 @@ class TopologyService:
     def _auto_delete_ops(
         self, vhost: str, removed: list[BindingSet], removing_queue: str
     ) -> list[Op]:
-        """Deletes of auto-delete exchanges that lose their last binding with `removed`."""
+        """Deletes of auto-delete exchanges that lose their last binding with `removed`
+        (and of auto-delete exchanges bound only to those, up the chain)."""
         ops: list[Op] = []
+        gone: set[str] = set()
         for exchange_name in {b.exchange for b in removed if b.exchange != DEFAULT_EXCHANGE}:
             found = self.get_exchange(vhost, exchange_name)
             if found is None or not found[0].auto_delete:
@@ -1055,7 +1059,10 @@ class TopologyService:
                 Delete(self.paths.exchange_bound(vhost, exchange_name)),
                 Delete(self.paths.exchange(vhost, exchange_name), version),
             ]
-        return ops
+            gone.add(exchange_name)
+        if gone:
+            ops += self.exchange_bindings.cascade_ops(vhost, gone)
+        return unique_deletes(ops)
 
     def _commit_or_retry(self, ops: list[Op]) -> None:
         try:

@@ -334,6 +334,52 @@ def test_an_auto_delete_source_goes_with_its_last_binding(
     channel.exchange_declare(destination, "fanout", passive=True)  # the destination stays
 
 
+def test_auto_delete_exchanges_go_up_the_chain_with_their_last_binding(
+    connection: BlockingConnection, created: Created
+) -> None:
+    """outer -> inner -> an auto-delete queue, both exchanges auto-delete: when the queue's
+    last consumer cancels, the queue goes, then inner (its last binding went), then outer
+    (its only binding led to inner), as RabbitMQ cascades them (amqp091-go's
+    TestConnectionRecoveryAutoDeleteExchangeCascade)."""
+    channel = connection.channel()
+    outer, inner = created.exchange("outer"), created.exchange("inner")
+    for name in (outer, inner):
+        channel.exchange_declare(name, "fanout", auto_delete=True)
+    channel.exchange_bind(inner, outer, "")
+    queue = channel.queue_declare("", exclusive=True, auto_delete=True).method.queue
+    channel.queue_bind(queue, inner, "")
+    tag = channel.basic_consume(queue, lambda *_: None)
+    channel.basic_cancel(tag)
+    for name in (inner, outer):
+        probe = connection.channel()
+        error = closes_channel(
+            connection,
+            lambda probe=probe, name=name: probe.exchange_declare(name, "fanout", passive=True),
+        )
+        assert error.reply_code == 404, name
+
+
+def test_deleting_a_destination_takes_auto_delete_sources_bound_only_to_it(
+    connection: BlockingConnection, created: Created
+) -> None:
+    channel = connection.channel()
+    lonely, shared = created.exchange("lonely"), created.exchange("shared")
+    for name in (lonely, shared):
+        channel.exchange_declare(name, "fanout", auto_delete=True)
+    destination = exchange(channel, created, "fanout", "dst")
+    other = exchange(channel, created, "fanout", "other")
+    channel.exchange_bind(destination, lonely, "")
+    channel.exchange_bind(destination, shared, "")
+    channel.exchange_bind(other, shared, "")
+    channel.exchange_delete(destination)
+    error = closes_channel(
+        connection, lambda: channel.exchange_declare(lonely, "fanout", passive=True)
+    )
+    assert error.reply_code == 404
+    channel = connection.channel()
+    channel.exchange_declare(shared, "fanout", auto_delete=True, passive=True)  # still bound
+
+
 def test_mandatory_publish_through_a_chain_without_queues_is_returned(
     connection: BlockingConnection, created: Created
 ) -> None:
