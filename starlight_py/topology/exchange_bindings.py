@@ -220,12 +220,19 @@ class ExchangeBindings:
             return []
         return unique_deletes(
             [
-                *self.delete_ops(vhost, binding.source),
-                Delete(self.paths.exchange_bound(vhost, binding.source)),
-                Delete(self.paths.exchange(vhost, binding.source), found[1]),
+                *self.exchange_delete_ops(vhost, binding.source, found[1]),
                 *self.cascade_ops(vhost, {binding.source}),
             ]
         )
+
+    def exchange_delete_ops(self, vhost: str, name: str, version: int) -> list[Op]:
+        """The deletes of an exchange's record (at `version`), its bound folder and every
+        exchange-to-exchange binding it is part of."""
+        return [
+            *self.delete_ops(vhost, name),
+            Delete(self.paths.exchange_bound(vhost, name)),
+            Delete(self.paths.exchange(vhost, name), version),
+        ]
 
     def cascade_ops(self, vhost: str, deleted: set[str]) -> list[Op]:
         """RabbitMQ deletes an auto-delete exchange with its last binding, also when that
@@ -250,11 +257,7 @@ class ExchangeBindings:
                     continue
                 deleted.add(source)
                 pending.append(source)
-                ops += [
-                    *self.delete_ops(vhost, source),
-                    Delete(self.paths.exchange_bound(vhost, source)),
-                    Delete(self.paths.exchange(vhost, source), found[1]),
-                ]
+                ops += self.exchange_delete_ops(vhost, source, found[1])
         return ops
 
     def in_use_as_source(self, vhost: str, name: str) -> bool:

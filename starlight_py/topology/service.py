@@ -336,12 +336,8 @@ class TopologyService:
                         encode(retired[-1]),
                     ),
                 ]
-            # Its exchange-to-exchange bindings, as source and as destination, go with it.
-            ops += self.exchange_bindings.delete_ops(vhost, name)
-            ops += [
-                Delete(self.paths.exchange_bound(vhost, name)),
-                Delete(self.paths.exchange(vhost, name), version),
-            ]
+            # It goes with its exchange-to-exchange bindings, as source and as destination.
+            ops += self.exchange_bindings.exchange_delete_ops(vhost, name, version)
             # Auto-delete exchanges whose last binding led here go too (RabbitMQ).
             ops += self.exchange_bindings.cascade_ops(vhost, {name})
             self._commit_or_retry(unique_deletes(ops))
@@ -1054,11 +1050,7 @@ class TopologyService:
             }
             if bound - leaving or self.exchange_bindings.in_use_as_source(vhost, exchange_name):
                 continue
-            ops += self.exchange_bindings.delete_ops(vhost, exchange_name)
-            ops += [
-                Delete(self.paths.exchange_bound(vhost, exchange_name)),
-                Delete(self.paths.exchange(vhost, exchange_name), version),
-            ]
+            ops += self.exchange_bindings.exchange_delete_ops(vhost, exchange_name, version)
             gone.add(exchange_name)
         if gone:
             ops += self.exchange_bindings.cascade_ops(vhost, gone)
