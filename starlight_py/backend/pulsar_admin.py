@@ -159,6 +159,17 @@ class PeekedMessage:
     properties: dict[str, str]
 
 
+BACKLOG_PLUGIN_PATH = "/starlight/backlog"  # local/broker_plugin/MessageBacklogPlugin.java
+
+
+def _backlog(stats: dict[str, Any], name: str, in_messages: dict[str, int] | None) -> int:
+    """A subscription's backlog: in messages when the plugin counted it, else Pulsar's
+    msgBacklog (entries)."""
+    if in_messages is not None and name in in_messages:
+        return in_messages[name]
+    return int(stats.get("msgBacklog", 0))
+
+
 class PulsarAdmin:
     """Admin REST calls against `web_url` (e.g. http://127.0.0.1:8080, or https:// with
     `settings` giving the trusted CAs and the proxy's credentials)."""
@@ -181,6 +192,10 @@ class PulsarAdmin:
             handlers.append(urllib.request.HTTPSHandler(context=settings.ssl_context()))
         self._opener = urllib.request.build_opener(*handlers)
         self._refusals = RefusalLog()
+        # Backlogs in messages from the brokers' starlight-backlog plugin instead of
+        # Pulsar's msgBacklog, which counts entries (set with producer batching when the
+        # brokers have the plugin: has_message_backlogs()).
+        self.message_backlogs = False
 
     @property
     def web_url(self) -> str:
@@ -507,6 +522,45 @@ class PulsarAdmin:
             return None
         return record
 
+    def has_message_backlogs(self) -> bool:
+        """Whether the broker answering serves the starlight-backlog plugin
+        (docs/operations.md#what-pulsar-needs). Raises BackendUnavailable."""
+        try:
+            self._exchange("GET", f"{BACKLOG_PLUGIN_PATH}?topic=")
+        except PulsarAdminError as e:
+            return e.status == 400  # the plugin's answer to a request without a topic
+        return False
+
+    def message_backlog_counts(self, topic: TopicName) -> dict[str, int] | None:
+        """Each subscription's backlog in messages (batch-aware: a batch entry counts its
+        messages, less those acknowledged by index), from the brokers' starlight-backlog
+        plugin; empty when the topic does not exist, None when the plugin cannot count it
+        (entries written before the brokers gave them an index). Raises PulsarAdminError
+        or BackendUnavailable."""
+        path = f"{BACKLOG_PLUGIN_PATH}?topic={quote(str(topic), safe='')}"
+        try:
+            answer = self._request("GET", path)
+        except PulsarAdminError as e:
+            if e.status == 404:
+                return {}
+            if e.status == 409:
+                log.debug("no message backlog for %s: %s", topic, e)
+                return None
+            raise
+        try:
+            return {str(k): int(v) for k, v in answer["subscriptions"].items()}
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise PulsarAdminError(200, f"unexpected backlog answer for {topic}") from e
+
+    def _message_backlogs_or_none(self, topic: TopicName) -> dict[str, int] | None:
+        try:
+            return self.message_backlog_counts(topic)
+        except PulsarAdminError as e:
+            log.warning(
+                "counting %s's backlog in entries: the backlog plugin failed (%s)", topic, e
+            )
+            return None
+
     def subscription_stats(
         self, topic: TopicName, with_bytes: bool = False
     ) -> dict[str, SubscriptionStats]:
@@ -521,10 +575,11 @@ class PulsarAdmin:
             if e.status == 404:
                 return {}
             raise
+        in_messages = self._message_backlogs_or_none(topic) if self.message_backlogs else None
         try:
             return {
                 name: SubscriptionStats(
-                    backlog=int(stats.get("msgBacklog", 0)),
+                    backlog=_backlog(stats, name, in_messages),
                     unacked=int(stats.get("unackedMessages", 0)),
                     delayed=int(stats.get("msgDelayed", 0)),
                     backlog_bytes=max(0, int(stats.get("backlogSize", 0))) if with_bytes else 0,

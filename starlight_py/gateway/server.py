@@ -537,6 +537,27 @@ def _check_batch_index_acks(services: ProxyServices) -> None:
             value,
         )
         services.backend.batching = False
+        return
+    _use_message_backlogs(services.topology.admin)
+
+
+def _use_message_backlogs(admin: PulsarAdmin) -> None:
+    """With batching, a Pulsar entry holds many messages and its stats count entries:
+    counts come from the brokers' starlight-backlog plugin when they have it."""
+    try:
+        found = admin.has_message_backlogs()
+    except BackendUnavailable as e:
+        found = False
+        log.warning("cannot ask the broker for the backlog plugin: %s", e)
+    admin.message_backlogs = found
+    if found:
+        log.info("pulsarProducerBatching: queue counts in messages (the brokers' backlog plugin)")
+    else:
+        log.warning(
+            "pulsarProducerBatching is on but the brokers lack the starlight-backlog plugin: "
+            "queue counts are Pulsar's, in entries (a batch counts as one message until it "
+            "is all acknowledged; docs/operations.md#what-pulsar-needs)"
+        )
 
 
 async def _in_thread_until_cancelled(call: Callable[[], object]) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from starlight_py.local.backlog_plugin import ensure_backlog_plugin, plugin_broker_settings
 from starlight_py.local.distribution import (
     Log,
     ensure_pulsar_distribution,
@@ -216,7 +217,12 @@ class PulsarStandalone:
                     template,
                     broker_port=self.broker_port,
                     web_port=self.web_port,
-                    extra_properties=self._extra_properties,
+                    extra_properties={
+                        **plugin_broker_settings(
+                            ensure_backlog_plugin(distribution, log=self._log)
+                        ),
+                        **self._extra_properties,
+                    },
                 )
             )
         except OSError as e:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from starlight_py.local.backlog_plugin import ensure_backlog_plugin, plugin_broker_settings
 from starlight_py.local.distribution import (
     Log,
     ensure_pulsar_distribution,
@@ -250,7 +251,10 @@ class Broker(_JvmPart):
                 web_port=self.web_port,
                 zookeeper=self._zookeeper,
                 bookies=self._bookies,
-                extra_properties=self._extra,
+                extra_properties={
+                    **plugin_broker_settings(ensure_backlog_plugin(distribution, log=self._log)),
+                    **self._extra,
+                },
             ),
         )
         argv = [

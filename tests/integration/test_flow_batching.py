@@ -158,3 +158,62 @@ def test_purge_drops_every_message_of_a_batch(
     channel.queue_purge(burst_queue)
     assert stored_entries(services, burst_queue) == 0
     assert channel.basic_get(burst_queue)[0] is None
+
+
+def ready_count(channel: BlockingChannel, queue: str) -> int:
+    return channel.queue_declare(queue, passive=True).method.message_count
+
+
+def wait_for_count(channel: BlockingChannel, queue: str, expected: int) -> int:
+    """The queue's declare-ok count once it is `expected` (acknowledgements reach Pulsar a
+    moment after basic.ack), or the last one seen after 10 s."""
+    deadline = time.monotonic() + 10
+    count = ready_count(channel, queue)
+    while count != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+        count = ready_count(channel, queue)
+    return count
+
+
+def test_counts_are_messages_not_entries(
+    channel: BlockingChannel, burst_queue: str, services: ServiceEndpoints
+) -> None:
+    """One entry of ten messages counts ten; each message of it fetched, acknowledged,
+    requeued or purged moves the count by one (the brokers' backlog plugin)."""
+    assert ready_count(channel, burst_queue) == BURST
+    for expected_left in (BURST - 1, BURST - 2, BURST - 3):
+        method, _, _ = channel.basic_get(burst_queue)
+        assert method is not None
+        assert method.message_count == expected_left
+        channel.basic_ack(method.delivery_tag)
+    assert wait_for_count(channel, burst_queue, BURST - 3) == BURST - 3
+    # A consumer takes the other seven, acknowledges two and goes: five come back, in an
+    # entry that is partly acknowledged and held by nobody.
+    other = channel.connection.channel()
+    deliveries = consume(other, burst_queue, BURST - 3)
+    assert len(deliveries) == BURST - 3
+    assert ready_count(channel, burst_queue) == 0
+    for tag in deliveries.tags[:2]:
+        other.basic_ack(tag)
+    other.close()
+    assert wait_for_count(channel, burst_queue, BURST - 5) == BURST - 5
+    assert stored_entries(services, burst_queue) == 1  # still the one entry
+    assert channel.queue_purge(burst_queue).method.message_count == BURST - 5
+    assert ready_count(channel, burst_queue) == 0
+
+
+def test_counts_of_two_bursts_and_a_single_message(
+    batching_proxy: ProxyThread, channel: BlockingChannel, burst_queue: str
+) -> None:
+    """Entries of different sizes add up: ten, then seven more in one read, then one."""
+    publish_burst(batching_proxy, burst_queue, 7)
+    channel.basic_publish("", burst_queue, b"single")
+    assert wait_for_count(channel, burst_queue, BURST + 8) == BURST + 8
+    deliveries = consume(channel, burst_queue, BURST + 8, prefetch=100)
+    assert len(deliveries) == BURST + 8
+    # Acknowledge every other message: every entry is left partly acknowledged.
+    for tag in deliveries.tags[::2]:
+        channel.basic_ack(tag)
+    channel.close()
+    again = channel.connection.channel()
+    assert wait_for_count(again, burst_queue, (BURST + 8) // 2) == (BURST + 8) // 2

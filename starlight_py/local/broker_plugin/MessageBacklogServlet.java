@@ -1,0 +1,331 @@
+/*
+ * starlight-py's broker plugin: each subscription's backlog counted in messages.
+ *
+ * Pulsar's own stats count a subscription's backlog in entries (msgBacklog): with producer
+ * batching, an entry holds many messages, and a message acknowledged by batch index still
+ * counts until its whole entry is. AMQP's message_count needs messages. This servlet
+ * (loaded by the broker as an "additional servlet") computes them from the cursor's state
+ * and the cumulative message index every entry carries once the broker runs
+ * AppendIndexMetadataInterceptor (brokerEntryMetadataInterceptors):
+ *
+ *   messages = index(last entry) - messages before the first unacknowledged entry
+ *              - messages of the entries acknowledged out of order (per deleted range)
+ *              - messages acknowledged by batch index in entries still partly unacknowledged
+ *
+ * which reads a handful of entries (two per deleted range, one per partly acknowledged
+ * entry; recent ones come from the broker's cache) instead of the whole backlog.
+ *
+ * GET <base>/backlog?topic=persistent://tenant/namespace/topic answers
+ *   200 {"subscriptions":{"name":messages,...}}
+ *   404 when the topic does not exist, 307 to the owner when another broker owns it,
+ *   409 when an entry of the backlog has no index (written before the interceptor was on).
+ *
+ * Built by starlight_py/local/broker_plugin.py with the distribution's own jars (javac, no
+ * Maven) into a NAR the local standalone and cluster brokers load.
+ */
+package io.starlight.broker;
+
+import io.netty.buffer.ByteBuf;
+import java.io.IOException;
+import java.lang.reflect.Field;
+import java.net.URL;
+import java.util.ArrayList;
+import java.util.BitSet;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.NavigableMap;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import javax.servlet.http.HttpServlet;
+import javax.servlet.http.HttpServletRequest;
+import javax.servlet.http.HttpServletResponse;
+import org.apache.bookkeeper.mledger.AsyncCallbacks;
+import org.apache.bookkeeper.mledger.Entry;
+import org.apache.bookkeeper.mledger.ManagedCursor;
+import org.apache.bookkeeper.mledger.ManagedLedgerException;
+import org.apache.bookkeeper.mledger.Position;
+import org.apache.bookkeeper.mledger.impl.ManagedCursorImpl;
+import org.apache.bookkeeper.mledger.impl.ManagedLedgerImpl;
+import org.apache.pulsar.broker.PulsarService;
+import org.apache.pulsar.broker.namespace.LookupOptions;
+import org.apache.pulsar.broker.service.Topic;
+import org.apache.pulsar.broker.service.persistent.PersistentSubscription;
+import org.apache.pulsar.broker.service.persistent.PersistentTopic;
+import org.apache.pulsar.common.api.proto.BrokerEntryMetadata;
+import org.apache.pulsar.common.api.proto.MessageMetadata;
+import org.apache.pulsar.common.naming.TopicName;
+import org.apache.pulsar.common.protocol.Commands;
+
+public class MessageBacklogServlet extends HttpServlet {
+    private static final long READ_TIMEOUT_SECONDS = 10;
+    private static final int ATTEMPTS = 5;
+
+    private final transient PulsarService pulsar;
+    private final transient Field batchDeletedIndexes;
+
+    public MessageBacklogServlet(PulsarService pulsar) {
+        this.pulsar = pulsar;
+        Field field = null;
+        try {
+            field = ManagedCursorImpl.class.getDeclaredField("batchDeletedIndexes");
+            field.setAccessible(true);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            field = null;
+        }
+        this.batchDeletedIndexes = field;
+    }
+
+    /** No index on an entry of the backlog: the count cannot be made from indexes. */
+    static final class NoIndex extends Exception {
+        NoIndex(String message) {
+            super(message);
+        }
+    }
+
+    /** One entry's place in the topic's message sequence. */
+    static final class Indexed {
+        final long through; // messages of the topic up to and including this entry
+        final int messages; // messages in this entry
+
+        Indexed(long through, int messages) {
+            this.through = through;
+            this.messages = messages;
+        }
+
+        long before() {
+            return through - messages;
+        }
+    }
+
+    @Override
+    protected void doGet(HttpServletRequest request, HttpServletResponse response)
+            throws IOException {
+        String path = request.getPathInfo();
+        String name = request.getParameter("topic");
+        if (path == null || !path.equals("/backlog") || name == null || name.isEmpty()) {
+            send(response, 400, "{\"error\":\"GET backlog?topic=persistent://t/ns/topic\"}");
+            return;
+        }
+        try {
+            TopicName topicName = TopicName.get(name);
+            Boolean owned = pulsar.getNamespaceService().isServiceUnitOwnedAsync(topicName)
+                    .get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+            if (!owned) {
+                Optional<URL> owner = pulsar.getNamespaceService()
+                        .getWebServiceUrlAsync(topicName, LookupOptions.builder()
+                                .authoritative(false).loadTopicsInBundle(false).build())
+                        .get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+                URL here = new URL(pulsar.getWebServiceAddress());
+                if (owner.isPresent() && !(owner.get().getHost().equals(here.getHost())
+                        && owner.get().getPort() == here.getPort())) {
+                    String target = owner.get().toString().replaceAll("/+$", "")
+                            + request.getRequestURI() + "?" + request.getQueryString();
+                    response.setHeader("Location", target);
+                    send(response, 307, "{}");
+                    return;
+                }
+            }
+            Optional<Topic> found = pulsar.getBrokerService().getTopicIfExists(topicName.toString())
+                    .get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+            if (found.isEmpty() || !(found.get() instanceof PersistentTopic)) {
+                send(response, 404, "{\"error\":\"no such persistent topic\"}");
+                return;
+            }
+            PersistentTopic topic = (PersistentTopic) found.get();
+            ManagedLedgerImpl ledger = (ManagedLedgerImpl) topic.getManagedLedger();
+            Map<Position, Indexed> read = new HashMap<>();
+            Map<String, Long> counts = new LinkedHashMap<>();
+            for (Map.Entry<String, PersistentSubscription> subscription
+                    : topic.getSubscriptions().entrySet()) {
+                counts.put(subscription.getKey(),
+                        messages(ledger, subscription.getValue().getCursor(), read));
+            }
+            StringBuilder body = new StringBuilder("{\"subscriptions\":{");
+            boolean first = true;
+            for (Map.Entry<String, Long> count : counts.entrySet()) {
+                if (!first) {
+                    body.append(',');
+                }
+                first = false;
+                quote(body, count.getKey());
+                body.append(':').append(count.getValue());
+            }
+            body.append("}}");
+            send(response, 200, body.toString());
+        } catch (NoIndex e) {
+            StringBuilder body = new StringBuilder("{\"error\":");
+            quote(body, e.getMessage());
+            send(response, 409, body.append('}').toString());
+        } catch (Exception e) {
+            StringBuilder body = new StringBuilder("{\"error\":");
+            quote(body, String.valueOf(e));
+            send(response, 500, body.append('}').toString());
+        }
+    }
+
+    /** The cursor's backlog in messages; retried while acknowledgements move it meanwhile. */
+    private long messages(ManagedLedgerImpl ledger, ManagedCursor cursor,
+            Map<Position, Indexed> read) throws Exception {
+        if (!(cursor instanceof ManagedCursorImpl)) {
+            throw new NoIndex("cursor " + cursor.getName() + " is not a managed cursor");
+        }
+        ManagedCursorImpl managed = (ManagedCursorImpl) cursor;
+        for (int attempt = 1; ; attempt++) {
+            Position markDelete = cursor.getMarkDeletedPosition();
+            List<com.google.common.collect.Range<Position>> ranges =
+                    new ArrayList<>(managed.getIndividuallyDeletedMessagesSet().asRanges());
+            Map<Position, Integer> partial = partlyAcknowledged(cursor);
+            if (markDelete.equals(cursor.getMarkDeletedPosition()) || attempt == ATTEMPTS) {
+                return count(ledger, markDelete, ranges, partial, read);
+            }
+        }
+    }
+
+    private long count(ManagedLedgerImpl ledger, Position markDelete,
+            List<com.google.common.collect.Range<Position>> ranges,
+            Map<Position, Integer> partial, Map<Position, Indexed> read) throws Exception {
+        Position last = ledger.getLastConfirmedEntry();
+        Position first = ledger.getNextValidPosition(markDelete);
+        if (last == null || first == null || first.compareTo(last) > 0) {
+            return 0;
+        }
+        long messages = indexed(ledger, last, read).through - indexed(ledger, first, read).before();
+        for (com.google.common.collect.Range<Position> range : ranges) {
+            // (lower, upper]: entries acknowledged out of order, all after the mark-delete
+            // position unless the cursor moved while this was read.
+            Position upper = range.upperEndpoint();
+            if (upper.compareTo(first) < 0) {
+                continue;
+            }
+            if (upper.compareTo(last) > 0) {
+                upper = last;
+            }
+            Position start = ledger.getNextValidPosition(range.lowerEndpoint());
+            if (start.compareTo(first) < 0) {
+                start = first;
+            }
+            if (start.compareTo(upper) > 0) {
+                continue;
+            }
+            messages -= indexed(ledger, upper, read).through - indexed(ledger, start, read).before();
+        }
+        for (Map.Entry<Position, Integer> entry : partial.entrySet()) {
+            Position position = entry.getKey();
+            if (position.compareTo(first) < 0 || position.compareTo(last) > 0
+                    || deleted(ranges, position)) {
+                continue;
+            }
+            int total = indexed(ledger, position, read).messages;
+            messages -= Math.max(0, total - entry.getValue());
+        }
+        return Math.max(0, messages);
+    }
+
+    private static boolean deleted(List<com.google.common.collect.Range<Position>> ranges,
+            Position position) {
+        for (com.google.common.collect.Range<Position> range : ranges) {
+            if (range.contains(position)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Entries some of whose batch messages are acknowledged: position -> messages left. */
+    @SuppressWarnings("unchecked")
+    private Map<Position, Integer> partlyAcknowledged(ManagedCursor cursor) throws Exception {
+        Map<Position, Integer> left = new HashMap<>();
+        if (batchDeletedIndexes == null || !(cursor instanceof ManagedCursorImpl)) {
+            return left;
+        }
+        Object value = batchDeletedIndexes.get(cursor);
+        if (!(value instanceof NavigableMap)) {
+            return left;
+        }
+        for (Map.Entry<Position, BitSet> entry
+                : ((NavigableMap<Position, BitSet>) value).entrySet()) {
+            BitSet remaining = entry.getValue();
+            synchronized (remaining) {
+                left.put(entry.getKey(), remaining.cardinality());
+            }
+        }
+        return left;
+    }
+
+    private Indexed indexed(ManagedLedgerImpl ledger, Position position,
+            Map<Position, Indexed> read) throws Exception {
+        Indexed known = read.get(position);
+        if (known != null) {
+            return known;
+        }
+        CompletableFuture<Indexed> future = new CompletableFuture<>();
+        ledger.asyncReadEntry(position, new AsyncCallbacks.ReadEntryCallback() {
+            @Override
+            public void readEntryComplete(Entry entry, Object ctx) {
+                try {
+                    ByteBuf data = entry.getDataBuffer();
+                    BrokerEntryMetadata broker = Commands.peekBrokerEntryMetadataIfExist(data);
+                    if (broker == null || !broker.hasIndex()) {
+                        future.completeExceptionally(new NoIndex("entry " + position
+                                + " has no index (written before brokerEntryMetadataInterceptors"
+                                + " had AppendIndexMetadataInterceptor)"));
+                        return;
+                    }
+                    long through = broker.getIndex();
+                    ByteBuf duplicate = data.duplicate();
+                    Commands.skipBrokerEntryMetadataIfExist(duplicate);
+                    MessageMetadata metadata = Commands.parseMessageMetadata(duplicate);
+                    int messages = metadata.hasNumMessagesInBatch()
+                            ? metadata.getNumMessagesInBatch() : 1;
+                    // The index is that of the entry's last message, counted from 0.
+                    future.complete(new Indexed(through + 1, messages));
+                } catch (RuntimeException e) {
+                    future.completeExceptionally(e);
+                } finally {
+                    entry.release();
+                }
+            }
+
+            @Override
+            public void readEntryFailed(ManagedLedgerException exception, Object ctx) {
+                future.completeExceptionally(exception);
+            }
+        }, null);
+        try {
+            Indexed found = future.get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+            read.put(position, found);
+            return found;
+        } catch (java.util.concurrent.ExecutionException e) {
+            if (e.getCause() instanceof NoIndex) {
+                throw (NoIndex) e.getCause();
+            }
+            throw e;
+        }
+    }
+
+    private static void quote(StringBuilder out, String text) {
+        out.append('"');
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (c == '"' || c == '\\') {
+                out.append('\\').append(c);
+            } else if (c < 0x20) {
+                out.append(String.format("\\u%04x", (int) c));
+            } else {
+                out.append(c);
+            }
+        }
+        out.append('"');
+    }
+
+    private static void send(HttpServletResponse response, int status, String body)
+            throws IOException {
+        response.setStatus(status);
+        response.setContentType("application/json");
+        response.setCharacterEncoding("UTF-8");
+        response.getWriter().write(body);
+    }
+}
