@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -26,6 +27,11 @@ from starlight_py.config_commands import check_config, effective_settings, print
 from starlight_py.gateway.server import serve
 from starlight_py.gateway.shutdown import ShutdownRequest
 from starlight_py.local import LocalInfraError, PulsarStandalone, ZooKeeperServer
+from starlight_py.local.backlog_plugin import (
+    NAR_FILE,
+    ensure_backlog_plugin,
+    plugin_broker_settings,
+)
 from starlight_py.local.distribution import ensure_pulsar_distribution
 from starlight_py.local.ports import ensure_port_free
 from starlight_py.metadata.permissions import PermissionStore
@@ -126,6 +132,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     standalone.add_argument("--config", type=Path, help="conf file for the proxy's other keys")
     _add_overrides(standalone)
+
+    plugin = commands.add_parser(
+        "broker-plugin",
+        help="build the Pulsar broker plugin that counts backlogs in messages",
+        description=(
+            "Build starlight-backlog.nar (with javac, against a Pulsar distribution's jars) "
+            "into a folder, and print the broker settings that load it. Brokers need it for "
+            "exact queue counts with pulsarProducerBatching (docs/operations.md). The local "
+            "standalone and cluster load it by themselves."
+        ),
+    )
+    plugin.add_argument("--output", type=Path, required=True, help="folder to write the NAR to")
+    plugin.add_argument(
+        "--pulsar-distribution",
+        type=Path,
+        help="an unpacked Apache Pulsar binary distribution to compile against (default: "
+        "the one the standalone uses, downloaded on first use)",
+    )
     return parser
 
 
@@ -152,6 +176,8 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `starlight-proxy`; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    if args.command == "broker-plugin":
+        return _broker_plugin(args)
     try:
         overrides = _overrides(args.set)
         if args.command == "standalone":
@@ -186,6 +212,24 @@ def _run_workers(args: argparse.Namespace, config: StarlightConfig) -> int:
     for pair in args.set:
         serve_args += ["--set", pair]
     return run_workers(serve_args, args.workers)
+
+
+def _broker_plugin(args: argparse.Namespace) -> int:
+    try:
+        distribution = args.pulsar_distribution or ensure_pulsar_distribution()
+        built = ensure_backlog_plugin(distribution)
+        args.output.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(built / NAR_FILE, args.output / NAR_FILE)
+    except LocalInfraError as e:
+        print(f"starlight-proxy: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"starlight-proxy: cannot write {args.output / NAR_FILE}: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output / NAR_FILE}; broker.conf of every broker:")
+    for key, value in plugin_broker_settings(args.output.resolve()).items():
+        print(f"{key}={value}")
+    return 0
 
 
 def _config_command(args: argparse.Namespace, overrides: dict[str, str]) -> int:

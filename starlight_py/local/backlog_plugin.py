@@ -105,6 +105,11 @@ def build_nar(sources: dict[str, bytes], distribution: Path, work: Path) -> Path
     Raises:
         LocalInfraError: javac is missing or fails.
     """
+    if not any((distribution / "lib").glob("org.apache.pulsar-pulsar-broker-*.jar")):
+        raise LocalInfraError(
+            f"{distribution} is not an unpacked Apache Pulsar binary distribution "
+            "(no lib/org.apache.pulsar-pulsar-broker-*.jar to compile the broker plugin against)"
+        )
     javac = _find_javac()
     source_dir = work / "src"
     classes = work / "classes"
@@ -134,7 +139,7 @@ def build_nar(sources: dict[str, bytes], distribution: Path, work: Path) -> Path
         raise LocalInfraError(f"cannot run {javac}: {e}") from e
     if done.returncode != 0:
         raise LocalInfraError(
-            f"javac failed to build the broker plugin:\n{(done.stderr or done.stdout)[-3000:]}"
+            f"javac failed to build the broker plugin:\n{(done.stderr or done.stdout)[:3000]}"
         )
     nar = work / NAR_FILE
     with zipfile.ZipFile(nar, "w", zipfile.ZIP_DEFLATED) as archive:

@@ -234,6 +234,13 @@ def test_the_proxy_works_on_a_cluster_of_brokers_and_bookies(cluster: LocalClust
         # redirects to the owner).
         for queue, _ in queues:
             assert channel.queue_declare(queue, passive=True).method.message_count == 3
+        # The brokers' backlog plugin (batch-aware counts) answers on either broker too:
+        # the one that does not own a topic redirects to the one that does.
+        for broker in pulsar_of(cluster).brokers:
+            backlogs = PulsarAdmin(broker.web_url)
+            assert backlogs.has_message_backlogs()
+            for _, topic in queues:
+                assert list(backlogs.message_backlog_counts(topic).values()) == [3]
         for queue, _ in queues:
             bodies = []
             for _ in range(3):

@@ -3,6 +3,7 @@ configuration; stop() cancels it and joins the thread."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 
@@ -75,6 +76,16 @@ def proxy_config(
         "brokerWebServiceURL": pulsar_web_url,
         "amqpListeners": "amqp://127.0.0.1:0",
         "amqpAutoCreateNamespaces": "true",
+        **suite_settings(),
         **overrides,
     }
     return load_config(None, {}, settings)
+
+
+def suite_settings() -> dict[str, str]:
+    """Settings every test proxy gets from ``STARLIGHT_TEST_PROXY_SETTINGS``
+    (``key=value,key=value``), e.g. ``pulsarProducerBatching=true`` to run the suite with
+    batching on (docs/testing.md); a test's own settings win."""
+    text = os.environ.get("STARLIGHT_TEST_PROXY_SETTINGS", "")
+    pairs = (item.partition("=") for item in text.split(",") if item.strip())
+    return {key.strip(): value.strip() for key, _, value in pairs}

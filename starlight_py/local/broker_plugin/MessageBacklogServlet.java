@@ -38,6 +38,7 @@ import java.util.Map;
 import java.util.NavigableMap;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import javax.servlet.http.HttpServlet;
 import javax.servlet.http.HttpServletRequest;
@@ -62,6 +63,10 @@ import org.apache.pulsar.common.protocol.Commands;
 public class MessageBacklogServlet extends HttpServlet {
     private static final long READ_TIMEOUT_SECONDS = 10;
     private static final int ATTEMPTS = 5;
+    // What an entry says of its messages never changes (ledger ids are never reused): kept
+    // across requests, so that counting a backlog again reads only the entries new to it.
+    private static final int CACHE_LIMIT = 200_000;
+    private static final Map<String, Indexed> CACHE = new ConcurrentHashMap<>();
 
     private final transient PulsarService pulsar;
     private final transient Field batchDeletedIndexes;
@@ -83,6 +88,12 @@ public class MessageBacklogServlet extends HttpServlet {
         NoIndex(String message) {
             super(message);
         }
+    }
+
+    /** The entries one request read, and the reads it started. */
+    static final class Reads {
+        final Map<Position, Indexed> done = new HashMap<>();
+        final Map<Position, CompletableFuture<Indexed>> pending = new HashMap<>();
     }
 
     /** One entry's place in the topic's message sequence. */
@@ -136,7 +147,7 @@ public class MessageBacklogServlet extends HttpServlet {
             }
             PersistentTopic topic = (PersistentTopic) found.get();
             ManagedLedgerImpl ledger = (ManagedLedgerImpl) topic.getManagedLedger();
-            Map<Position, Indexed> read = new HashMap<>();
+            Reads read = new Reads();
             Map<String, Long> counts = new LinkedHashMap<>();
             for (Map.Entry<String, PersistentSubscription> subscription
                     : topic.getSubscriptions().entrySet()) {
@@ -168,7 +179,7 @@ public class MessageBacklogServlet extends HttpServlet {
 
     /** The cursor's backlog in messages; retried while acknowledgements move it meanwhile. */
     private long messages(ManagedLedgerImpl ledger, ManagedCursor cursor,
-            Map<Position, Indexed> read) throws Exception {
+            Reads read) throws Exception {
         if (!(cursor instanceof ManagedCursorImpl)) {
             throw new NoIndex("cursor " + cursor.getName() + " is not a managed cursor");
         }
@@ -186,12 +197,13 @@ public class MessageBacklogServlet extends HttpServlet {
 
     private long count(ManagedLedgerImpl ledger, Position markDelete,
             List<com.google.common.collect.Range<Position>> ranges,
-            Map<Position, Integer> partial, Map<Position, Indexed> read) throws Exception {
+            Map<Position, Integer> partial, Reads read) throws Exception {
         Position last = ledger.getLastConfirmedEntry();
         Position first = ledger.getNextValidPosition(markDelete);
         if (last == null || first == null || first.compareTo(last) > 0) {
             return 0;
         }
+        prefetch(ledger, markDelete, first, last, ranges, partial, read);
         long messages = indexed(ledger, last, read).through - indexed(ledger, first, read).before();
         for (com.google.common.collect.Range<Position> range : ranges) {
             // (lower, upper]: entries acknowledged out of order, all after the mark-delete
@@ -255,12 +267,71 @@ public class MessageBacklogServlet extends HttpServlet {
         return left;
     }
 
+    /** Starts reading, all at once, every entry `count` will look at. */
+    private void prefetch(ManagedLedgerImpl ledger, Position markDelete, Position first,
+            Position last, List<com.google.common.collect.Range<Position>> ranges,
+            Map<Position, Integer> partial, Reads read) {
+        List<Position> wanted = new ArrayList<>();
+        wanted.add(first);
+        wanted.add(last);
+        for (com.google.common.collect.Range<Position> range : ranges) {
+            Position upper = range.upperEndpoint();
+            if (upper.compareTo(first) >= 0 && upper.compareTo(last) <= 0) {
+                wanted.add(upper);
+                wanted.add(ledger.getNextValidPosition(range.lowerEndpoint()));
+            }
+        }
+        for (Position position : partial.keySet()) {
+            if (position.compareTo(first) >= 0 && position.compareTo(last) <= 0) {
+                wanted.add(position);
+            }
+        }
+        for (Position position : wanted) {
+            if (!read.done.containsKey(position) && !read.pending.containsKey(position)) {
+                Indexed cached = CACHE.get(ledger.getName() + "|" + position);
+                if (cached != null) {
+                    read.done.put(position, cached);
+                } else {
+                    read.pending.put(position, startRead(ledger, position));
+                }
+            }
+        }
+    }
+
     private Indexed indexed(ManagedLedgerImpl ledger, Position position,
-            Map<Position, Indexed> read) throws Exception {
-        Indexed known = read.get(position);
+            Reads read) throws Exception {
+        Indexed known = read.done.get(position);
         if (known != null) {
             return known;
         }
+        String key = ledger.getName() + "|" + position;
+        known = CACHE.get(key);
+        if (known != null) {
+            read.done.put(position, known);
+            return known;
+        }
+        CompletableFuture<Indexed> future = read.pending.remove(position);
+        if (future == null) {
+            future = startRead(ledger, position);
+        }
+        try {
+            Indexed found = future.get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+            read.done.put(position, found);
+            if (CACHE.size() >= CACHE_LIMIT) {
+                CACHE.clear();
+            }
+            CACHE.put(key, found);
+            return found;
+        } catch (java.util.concurrent.ExecutionException e) {
+            if (e.getCause() instanceof NoIndex) {
+                throw (NoIndex) e.getCause();
+            }
+            throw e;
+        }
+    }
+
+    private static CompletableFuture<Indexed> startRead(ManagedLedgerImpl ledger,
+            Position position) {
         CompletableFuture<Indexed> future = new CompletableFuture<>();
         ledger.asyncReadEntry(position, new AsyncCallbacks.ReadEntryCallback() {
             @Override
@@ -294,16 +365,7 @@ public class MessageBacklogServlet extends HttpServlet {
                 future.completeExceptionally(exception);
             }
         }, null);
-        try {
-            Indexed found = future.get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
-            read.put(position, found);
-            return found;
-        } catch (java.util.concurrent.ExecutionException e) {
-            if (e.getCause() instanceof NoIndex) {
-                throw (NoIndex) e.getCause();
-            }
-            throw e;
-        }
+        return future;
     }
 
     private static void quote(StringBuilder out, String text) {

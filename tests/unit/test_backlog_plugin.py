@@ -1,0 +1,161 @@
+"""The starlight-backlog broker plugin's packaging and the admin client's use of it, with a
+stand-in HTTP server for the broker (the plugin itself runs in the integration tests'
+Pulsar: tests/integration/test_flow_batching.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.local.backlog_plugin import (
+    INDEX_INTERCEPTOR,
+    PLUGIN_NAME,
+    build_nar,
+    plugin_broker_settings,
+    plugin_fingerprint,
+    plugin_sources,
+)
+from starlight_py.local.errors import LocalInfraError
+from starlight_py.local.pulsar_cluster import broker_conf
+from starlight_py.model.naming import TopicName
+from starlight_py.model.namespaces import NamespaceName
+
+TOPIC = TopicName(NamespaceName("public", "default"), "orders")
+
+
+def test_the_sources_ship_with_the_package_and_name_the_plugin_class() -> None:
+    sources = plugin_sources()
+    assert set(sources) == {
+        "MessageBacklogServlet.java",
+        "MessageBacklogPlugin.java",
+        "additional_servlet.yml",
+    }
+    descriptor = sources["additional_servlet.yml"].decode()
+    assert f"name: {PLUGIN_NAME}" in descriptor
+    assert "additionalServletClass: io.starlight.broker.MessageBacklogPlugin" in descriptor
+
+
+def test_a_build_is_reused_only_for_the_same_sources_and_distribution(tmp_path: Path) -> None:
+    sources = plugin_sources()
+    one = plugin_fingerprint(sources, tmp_path / "pulsar-a")
+    assert plugin_fingerprint(dict(sources), tmp_path / "pulsar-a") == one
+    assert plugin_fingerprint(sources, tmp_path / "pulsar-b") != one
+    changed = {**sources, "MessageBacklogPlugin.java": sources["MessageBacklogPlugin.java"] + b" "}
+    assert plugin_fingerprint(changed, tmp_path / "pulsar-a") != one
+
+
+def test_broker_settings_load_the_plugin_and_index_every_entry(tmp_path: Path) -> None:
+    conf = broker_conf(
+        "additionalServlets=\n",
+        broker_port=1,
+        web_port=2,
+        zookeeper="127.0.0.1:2181",
+        bookies=1,
+        extra_properties=plugin_broker_settings(tmp_path),
+    )
+    assert f"additionalServlets={PLUGIN_NAME}" in conf.splitlines()
+    assert f"additionalServletDirectory={tmp_path}" in conf.splitlines()
+    assert f"brokerEntryMetadataInterceptors={INDEX_INTERCEPTOR}" in conf.splitlines()
+
+
+def test_building_against_a_folder_that_is_no_pulsar_distribution_says_so(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(LocalInfraError, match="not an unpacked Apache Pulsar binary"):
+        build_nar(plugin_sources(), tmp_path, tmp_path)
+
+
+class Broker(BaseHTTPRequestHandler):
+    """Answers topic stats in entries and, when `plugin` is set, the plugin's counts."""
+
+    plugin: dict[str, int] | None = None
+    plugin_status = 200
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path.endswith("/stats"):
+            self.answer(200, {"subscriptions": {"q1": {"msgBacklog": 2}, "q2": {"msgBacklog": 1}}})
+        elif url.path == "/starlight/backlog" and self.plugin is not None:
+            topic = parse_qs(url.query).get("topic", [""])[0]
+            if not topic:
+                self.answer(400, {"error": "GET backlog?topic=..."})
+            elif self.plugin_status != 200:
+                self.answer(self.plugin_status, {"error": "no index"})
+            else:
+                assert topic == str(TOPIC)
+                self.answer(200, {"subscriptions": self.plugin})
+        else:
+            self.answer(404, {})
+
+    def answer(self, status: int, body: object) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def broker() -> Iterator[tuple[type[Broker], str]]:
+    handler = type("ThisBroker", (Broker,), {})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_the_plugin_backlogs_are_pulsars_entries(
+    broker: tuple[type[Broker], str],
+) -> None:
+    handler, url = broker
+    admin = PulsarAdmin(url, timeout=2)
+    assert not admin.has_message_backlogs()
+    admin.message_backlogs = True  # even if asked to: nothing answers, entries it is
+    assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 2, "q2": 1}
+
+
+def test_with_the_plugin_backlogs_are_messages(broker: tuple[type[Broker], str]) -> None:
+    handler, url = broker
+    handler.plugin = {"q1": 25, "q2": 7}
+    admin = PulsarAdmin(url, timeout=2)
+    assert admin.has_message_backlogs()
+    assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 2, "q2": 1}
+    admin.message_backlogs = True
+    assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 25, "q2": 7}
+
+
+def test_a_subscription_the_plugin_does_not_list_keeps_its_entries(
+    broker: tuple[type[Broker], str],
+) -> None:
+    handler, url = broker
+    handler.plugin = {"q1": 25}  # q2 created between the two calls
+    admin = PulsarAdmin(url, timeout=2)
+    admin.message_backlogs = True
+    assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 25, "q2": 1}
+
+
+@pytest.mark.parametrize("status", [409, 500])
+def test_entries_without_an_index_or_a_failing_plugin_fall_back_to_entries(
+    broker: tuple[type[Broker], str], status: int
+) -> None:
+    handler, url = broker
+    handler.plugin = {"q1": 25}
+    handler.plugin_status = status
+    admin = PulsarAdmin(url, timeout=2)
+    admin.message_backlogs = True
+    assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 2, "q2": 1}
