@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 from urllib.parse import quote, unquote_plus
 
+from starlight_py.backend.batch_payload import batch_properties
 from starlight_py.backend.broker_auth import BrokerAuth, BrokerAuthError, BrokerClientSettings
 from starlight_py.config import ConfigError, StarlightConfig
 from starlight_py.model.counts import QueueFlow
@@ -152,11 +153,18 @@ class SubscriptionStats:
 
 @dataclass(frozen=True, slots=True)
 class PeekedMessage:
-    """A message seen through the admin API without consuming it."""
+    """A message seen through the admin API without consuming it. A batch entry is seen
+    whole: `properties` are then its first message's and `batch` has every message's (its
+    messages acknowledged by index included: the peek does not say which)."""
 
     message_id: str  # "ledger:entry"
     publish_time_ms: int
     properties: dict[str, str]
+    batch: tuple[dict[str, str], ...] = ()
+
+    def each_message_properties(self) -> tuple[dict[str, str], ...]:
+        """The properties of every message the peek saw: one, or a batch's."""
+        return self.batch or (self.properties,)
 
 
 BACKLOG_PLUGIN_PATH = "/starlight/backlog"  # local/broker_plugin/MessageBacklogPlugin.java
@@ -608,7 +616,7 @@ class PulsarAdmin:
         PulsarAdminError or BackendUnavailable."""
         path = f"/admin/v2/{topic.rest_path}/subscription/{quote_path_segment(subscription)}"
         try:
-            status, headers, _ = self._exchange("GET", f"{path}/position/1")
+            status, headers, body = self._exchange("GET", f"{path}/position/1")
         except PulsarAdminError as e:
             if e.status == 404:
                 return None
@@ -616,10 +624,13 @@ class PulsarAdmin:
         try:
             published = datetime.datetime.fromisoformat(headers["X-Pulsar-publish-time"])
             properties = json.loads(headers.get("X-Pulsar-PROPERTY") or "{}")
+            in_batch = headers.get("X-Pulsar-num-batch-message")
+            batch = tuple(batch_properties(body, int(in_batch))) if in_batch else ()
             return PeekedMessage(
                 str(headers.get("X-Pulsar-Message-ID", "")),
                 round(published.timestamp() * 1000),
-                {str(k): str(v) for k, v in properties.items()},
+                batch[0] if batch else {str(k): str(v) for k, v in properties.items()},
+                batch,
             )
         except (TypeError, KeyError, ValueError, AttributeError) as e:
             raise PulsarAdminError(status, f"unexpected peek answer for {topic}: {e}") from e

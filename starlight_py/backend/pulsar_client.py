@@ -112,6 +112,10 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
+def _ignore_flush(result: Any) -> None:
+    """A flush only there to close a batch: its outcome comes with the sends it covers."""
+
+
 class ProducerHandle:
     """A producer whose sends are confirmed by flushes, not one callback per message.
 
@@ -127,11 +131,18 @@ class ProducerHandle:
     thread only (the gateway reports outcomes with `flushed` / `tracked_done`).
     """
 
-    def __init__(self, producer: Any, capacity: int, topic: TopicName | None = None) -> None:
+    def __init__(
+        self,
+        producer: Any,
+        capacity: int,
+        topic: TopicName | None = None,
+        batching: bool = False,
+    ) -> None:
         self._producer = producer
         self._raw = producer._producer
         self._capacity = capacity
         self.topic = topic
+        self.batching = batching
         self.in_flight = 0
         self._unflushed = 0  # untracked sends since the last flush
         self.last_used = 0.0  # trio clock; the pool closes producers unused for a while
@@ -180,8 +191,16 @@ class ProducerHandle:
         if deliver_after_ms > 0:
             builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
         self.in_flight += 1
+        # A message whose id is acknowledged later without being received (pre-acks) goes
+        # in a batch entry of its own: pulsar-client acknowledges such an id as its whole
+        # entry, which would take the messages batched with it along.
+        alone = self.batching and stored is not None
         try:
+            if alone:
+                self._raw.flush_async(_ignore_flush)
             self._raw.send_async(builder.build(), callback)
+            if alone:
+                self._raw.flush_async(_ignore_flush)
         except pulsar.PulsarException as e:
             done(False, str(e))
 
@@ -492,7 +511,9 @@ class PulsarBackend:
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot create a producer on {topic}: {e}") from e
         # Leave the client's own queue a margin above our limit, so it never reports full.
-        return ProducerHandle(producer, max(1, self.producer_max_pending - 1), topic)
+        return ProducerHandle(
+            producer, max(1, self.producer_max_pending - 1), topic, batching=self.batching
+        )
 
     def subscribe(
         self,

@@ -259,11 +259,18 @@ class ExpiryReaper:
                 if head is None:
                     break
                 empty = False
-                expires = expires_at_ms(
-                    head.publish_time_ms,
-                    policy.message_ttl_ms,
-                    message_expiration_ms(head.properties.get(EXPIRATION_KEY)),
-                )
+                # A batch entry is seen whole: its soonest message decides when to look
+                # (expire_oldest then takes only what is due at the head).
+                expiries = [
+                    expires_at_ms(
+                        head.publish_time_ms,
+                        policy.message_ttl_ms,
+                        message_expiration_ms(properties.get(EXPIRATION_KEY)),
+                    )
+                    for properties in head.each_message_properties()
+                ]
+                known = [at for at in expiries if at is not None]
+                expires = min(known) if known else None
                 if expires is None or expires >= self.now_ms():
                     heads.append(expires)
                     break

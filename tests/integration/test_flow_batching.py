@@ -18,6 +18,7 @@ from starlight_py.local.external import ServiceEndpoints
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from tests.support.amqp_fixtures import (
+    Created,
     Deliveries,
     back_to_back_publishes,
     confirmed_tags,
@@ -45,7 +46,14 @@ def channel(batching_proxy: ProxyThread) -> Iterator[BlockingChannel]:
             connection.close()
 
 
-def publish_burst(proxy: ProxyThread, queue: str, count: int = BURST) -> None:
+def publish_burst(
+    proxy: ProxyThread,
+    queue: str,
+    count: int = BURST,
+    exchange: str = "",
+    routing_keys: tuple[str, ...] = (),
+    properties: commands.Basic.Properties | None = None,
+) -> None:
     """`count` confirmed publishes written in one socket write (so read in one go)."""
     client = RawClient("127.0.0.1", proxy.port)
     try:
@@ -53,7 +61,11 @@ def publish_burst(proxy: ProxyThread, queue: str, count: int = BURST) -> None:
         client.open_channel(1)
         client.send_method(1, commands.Confirm.Select())
         assert isinstance(client.read_method()[1], commands.Confirm.SelectOk)
-        client.send(back_to_back_publishes(queue, count))
+        client.send(
+            back_to_back_publishes(
+                queue, count, exchange=exchange, routing_keys=routing_keys, properties=properties
+            )
+        )
         assert confirmed_tags(client, count) == set(range(1, count + 1))
     finally:
         client.close()
@@ -217,3 +229,54 @@ def test_counts_of_two_bursts_and_a_single_message(
     channel.close()
     again = channel.connection.channel()
     assert wait_for_count(again, burst_queue, (BURST + 8) // 2) == (BURST + 8) // 2
+
+
+def test_a_burst_through_a_topic_exchange_reaches_each_queue_whole(
+    batching_proxy: ProxyThread, channel: BlockingChannel, created: Created
+) -> None:
+    """Each queue's subscription acknowledges ahead the messages its bindings do not route
+    (pre-acks, by message id): a message of a burst must not take the rest of its Pulsar
+    entry with it. It did: acknowledging one message of a batch by an id pulsar-client did
+    not deliver acknowledges the whole entry."""
+    exchange, evens, odds = created.exchange(), created.queue("evens"), created.queue("odds")
+    channel.exchange_declare(exchange, "topic")
+    for queue in (evens, odds):
+        channel.queue_declare(queue)
+    channel.queue_bind(evens, exchange, "even.*")
+    channel.queue_bind(odds, exchange, "odd.*")
+    publish_burst(batching_proxy, "", BURST, exchange, ("even.x", "odd.x"))
+    time.sleep(1.5)  # pre-acks go out about half a second after the messages are stored
+    assert wait_for_count(channel, evens, BURST // 2) == BURST // 2
+    assert wait_for_count(channel, odds, BURST // 2) == BURST // 2
+    for queue, first in ((evens, 0), (odds, 1)):
+        got = [channel.basic_get(queue, auto_ack=True)[2] for _ in range(BURST // 2)]
+        assert got == [f"m{i}".encode() for i in range(first, BURST, 2)]
+        assert channel.basic_get(queue)[0] is None
+
+
+def test_a_burst_with_message_ttls_in_a_queue_nobody_reads_is_dead_lettered_whole(
+    batching_proxy: ProxyThread,
+    channel: BlockingChannel,
+    created: Created,
+    services: ServiceEndpoints,
+) -> None:
+    """The expiry reaper peeks at a queue's head through the admin API, which shows a batch
+    entry's message properties (the `expiration`) only inside its payload."""
+    waiting, dead = created.queue("waiting"), created.queue("dead")
+    channel.queue_declare(dead)
+    channel.queue_declare(
+        waiting,
+        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead},
+    )
+    publish_burst(batching_proxy, waiting, properties=commands.Basic.Properties(expiration="300"))
+    assert stored_entries(services, waiting) == 1
+    got = []
+    deadline = time.monotonic() + 15
+    while len(got) < BURST and time.monotonic() < deadline:
+        method, _, body = channel.basic_get(dead, auto_ack=True)
+        if method is None:
+            time.sleep(0.1)
+        else:
+            got.append(body)
+    assert got == [f"m{i}".encode() for i in range(BURST)]
+    assert ready_count(channel, waiting) == 0

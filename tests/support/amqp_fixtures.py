@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pika
@@ -221,15 +221,25 @@ def next_reply(client: RawClient) -> object:
     return method
 
 
-def back_to_back_publishes(queue: str, count: int, channel: int = 1) -> bytes:
+def back_to_back_publishes(
+    queue: str,
+    count: int,
+    channel: int = 1,
+    exchange: str = "",
+    routing_keys: Sequence[str] = (),
+    properties: commands.Basic.Properties | None = None,
+) -> bytes:
     """`count` basic.publish to `queue` (bodies m0, m1, ...) encoded as one byte string: sent
-    with one write, the broker reads them together."""
+    with one write, the broker reads them together. With `routing_keys`, message i goes to
+    `exchange` with routing key `routing_keys[i % len(routing_keys)]` instead."""
     data = b""
     for i in range(count):
         payload = f"m{i}".encode()
-        data += frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), channel)
+        key = routing_keys[i % len(routing_keys)] if routing_keys else queue
+        data += frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=key), channel)
         data += frame.marshal(
-            pamqp_header.ContentHeader(0, len(payload), commands.Basic.Properties()), channel
+            pamqp_header.ContentHeader(0, len(payload), properties or commands.Basic.Properties()),
+            channel,
         )
         data += frame.marshal(pamqp_body.ContentBody(payload), channel)
     return data

@@ -24,8 +24,8 @@ from starlight_py.local.backlog_plugin import (
 )
 from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.pulsar_cluster import broker_conf
-from starlight_py.model.naming import TopicName
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import TopicName
 
 TOPIC = TopicName(NamespaceName("public", "default"), "orders")
 
@@ -122,7 +122,7 @@ def broker() -> Iterator[tuple[type[Broker], str]]:
 def test_without_the_plugin_backlogs_are_pulsars_entries(
     broker: tuple[type[Broker], str],
 ) -> None:
-    handler, url = broker
+    _, url = broker
     admin = PulsarAdmin(url, timeout=2)
     assert not admin.has_message_backlogs()
     admin.message_backlogs = True  # even if asked to: nothing answers, entries it is
