@@ -56,9 +56,13 @@ class AdminContext:
     @cached_property
     def admin(self) -> PulsarAdmin:
         try:
-            return PulsarAdmin.from_config(self.config)
+            admin = PulsarAdmin.from_config(self.config)
         except ConfigError as e:
             raise UsageError(f"configuration error: {e}") from e
+        # Whether the proxies batch or not, counts in messages are right: use the brokers'
+        # backlog plugin when they have it (asked at the first count).
+        admin.message_backlogs = None
+        return admin
 
     @cached_property
     def topology(self) -> TopologyService:

@@ -202,8 +202,9 @@ class PulsarAdmin:
         self._refusals = RefusalLog()
         # Backlogs in messages from the brokers' starlight-backlog plugin instead of
         # Pulsar's msgBacklog, which counts entries (set with producer batching when the
-        # brokers have the plugin: has_message_backlogs()).
-        self.message_backlogs = False
+        # brokers have the plugin: has_message_backlogs()); None: ask the broker at the
+        # first count whether it has the plugin.
+        self.message_backlogs: bool | None = False
 
     @property
     def web_url(self) -> str:
@@ -583,6 +584,8 @@ class PulsarAdmin:
             if e.status == 404:
                 return {}
             raise
+        if self.message_backlogs is None:
+            self.message_backlogs = self.has_message_backlogs()
         in_messages = self._message_backlogs_or_none(topic) if self.message_backlogs else None
         try:
             return {

@@ -159,3 +159,17 @@ def test_entries_without_an_index_or_a_failing_plugin_fall_back_to_entries(
     admin = PulsarAdmin(url, timeout=2)
     admin.message_backlogs = True
     assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 2, "q2": 1}
+
+
+def test_left_to_ask_the_admin_client_uses_the_plugin_when_the_broker_has_it(
+    broker: tuple[type[Broker], str],
+) -> None:
+    handler, url = broker
+    admin = PulsarAdmin(url, timeout=2)
+    admin.message_backlogs = None  # starlight-admin's setting
+    assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 2, "q2": 1}
+    assert admin.message_backlogs is False  # asked once
+    handler.plugin = {"q1": 25, "q2": 7}
+    admin.message_backlogs = None
+    assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 25, "q2": 7}
+    assert admin.message_backlogs is True
