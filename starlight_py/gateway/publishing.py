@@ -306,6 +306,15 @@ class Publisher:
             self._unflushed[producer] = ([outcome], time.monotonic())
         else:
             waiting[0].append(outcome)
+        topic = producer.topic
+        if (
+            producer.batching
+            and topic is not None
+            and self.cache.shared_by_consumers(self.ctx.vhost, topic.local)
+        ):
+            # Competing consumers read the topic: one entry per message, as unbatched.
+            outcomes, since = self._unflushed.pop(producer)
+            producer.flush(self._flush_callback(producer, outcomes, since))
 
     # ---- everything else --------------------------------------------------------------------
 

@@ -86,6 +86,11 @@ class TopologyCache:
         self._limited: dict[str, dict[str, LengthLimit]] = {}
         # vhost -> {queue: its x-max-priority}, for the publish path's priority bands
         self._prioritised: dict[str, dict[str, int]] = {}
+        # (vhost, queue) -> its AMQP consumers on every proxy (their znodes' names)
+        self._consumers: dict[tuple[str, str], set[str]] = {}
+        # (vhost, topic) of every binding set of a queue with two consumers or more: what a
+        # publish there must not batch (a batch entry goes to one consumer). Replaced whole.
+        self._shared_topics: frozenset[tuple[str, str]] = frozenset()
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
@@ -137,6 +142,12 @@ class TopologyCache:
     def retired(self, vhost: str, subscription: str) -> RetiredSubscription | None:
         with self._lock:
             return self._retired.get((vhost, subscription))
+
+    def shared_by_consumers(self, vhost: str, topic: str) -> bool:
+        """Whether a queue with two AMQP consumers or more (on any proxy) reads the topic:
+        then each message published there goes in a Pulsar entry of its own, which Pulsar
+        hands to one consumer, so that a burst is spread as RabbitMQ spreads it."""
+        return (vhost, topic) in self._shared_topics
 
     def binding_sets_of_queue(self, vhost: str, queue: str) -> list[BindingSet]:
         with self._lock:
@@ -256,6 +267,9 @@ class TopologyCache:
             return
         parts = path[len(self._prefix) :].split("/")
         removed = event.event_type == TreeEvent.NODE_REMOVED
+        if len(parts) == 5 and parts[1] == "queues" and parts[3] == "consumers":
+            self._count_consumer(name_of(parts[0]), name_of(parts[2]), parts[4], removed)
+            return
         if not _indexed(parts):
             return  # consumers, owners, usage marks: nothing routing or consumers follow
         try:
@@ -267,6 +281,28 @@ class TopologyCache:
         self.last_change = time.time()
         for callback in self._listeners:
             callback()
+
+    def _count_consumer(self, vhost: str, queue: str, consumer: str, removed: bool) -> None:
+        with self._lock:
+            present = self._consumers.setdefault((vhost, queue), set())
+            before = len(present) >= 2
+            if removed:
+                present.discard(consumer)
+                if not present:
+                    del self._consumers[(vhost, queue)]
+            else:
+                present.add(consumer)
+            if before != (len(present) >= 2):
+                self._find_shared_topics()
+
+    def _find_shared_topics(self) -> None:
+        """Called with the lock held, after consumers or binding sets changed."""
+        self._shared_topics = frozenset(
+            (vhost, topic)
+            for (vhost, queue), consumers in self._consumers.items()
+            if len(consumers) >= 2
+            for topic in self._sets_by_queue.get((vhost, queue), {})
+        )
 
     def _apply(self, parts: list[str], raw: bytes | None) -> None:
         """Index one znode's record (None: removed); only for paths `_indexed` accepts."""
@@ -328,6 +364,8 @@ class TopologyCache:
                     self._sets_by_exchange.setdefault(exchange_key, {})[set_key] = record
                     self._set_keys[path_key] = (exchange_key, set_key)
                     self._sets_by_queue.setdefault((vhost, record.queue), {})[record.topic] = record
+                    if len(self._consumers.get((vhost, record.queue), ())) >= 2:
+                        self._find_shared_topics()
                 elif raw is None and path_key in self._set_keys:
                     exchange_key, set_key = self._set_keys.pop(path_key)
                     queue_sets = self._sets_by_queue.get((vhost, set_key[0]), {})
@@ -338,6 +376,8 @@ class TopologyCache:
                     sets.pop(set_key, None)
                     if not sets:
                         self._sets_by_exchange.pop(exchange_key, None)
+                    if len(self._consumers.get((vhost, set_key[0]), ())) >= 2:
+                        self._find_shared_topics()
 
     # ---- policies (called with the lock held) -----------------------------------------------
 

@@ -280,3 +280,44 @@ def test_a_burst_with_message_ttls_in_a_queue_nobody_reads_is_dead_lettered_whol
             got.append(body)
     assert got == [f"m{i}".encode() for i in range(BURST)]
     assert ready_count(channel, waiting) == 0
+
+
+def test_a_burst_is_spread_over_competing_consumers(
+    batching_proxy: ProxyThread, created: Created
+) -> None:
+    """Two consumers with prefetch 1 on one queue: a burst published in one read reaches
+    both, as RabbitMQ round-robins it. Pulsar hands a batch entry to one consumer whole, so
+    a publish to a queue with competing consumers goes in an entry of its own."""
+    connections = [
+        pika.BlockingConnection(pika.URLParameters(batching_proxy.amqp_url())) for _ in range(2)
+    ]
+    try:
+        channels = [connection.channel() for connection in connections]
+        queue = created.queue("shared")
+        channels[0].queue_declare(queue)
+        received: list[Deliveries] = []
+        for worker in channels:
+            deliveries = Deliveries()
+            worker.basic_qos(prefetch_count=1)
+            worker.basic_consume(queue, deliveries)
+            received.append(deliveries)
+        time.sleep(0.5)  # every proxy's cache hears of the second consumer
+        publish_burst(batching_proxy, queue)
+        pump(connections, lambda: all(len(d) == 1 for d in received), settle=0.5)
+        assert [len(d) for d in received] == [1, 1]  # one each: prefetch 1, nothing acked
+        acked: list[set[int]] = [set(), set()]
+        deadline = time.monotonic() + 20
+        while sum(len(d) for d in received) < BURST and time.monotonic() < deadline:
+            for worker, deliveries, done in zip(channels, received, acked, strict=True):
+                for tag in set(deliveries.tags) - done:
+                    worker.basic_ack(tag)
+                    done.add(tag)
+            before = sum(len(d) for d in received)
+            pump(connections, lambda n=before: sum(len(d) for d in received) > n, settle=0.1)
+        bodies = sorted(body for d in received for body in d.bodies)
+        assert bodies == sorted(f"m{i}".encode() for i in range(BURST))
+        assert all(len(d) >= 2 for d in received)  # both kept working through the burst
+    finally:
+        for connection in connections:
+            if connection.is_open:
+                connection.close()

@@ -382,3 +382,34 @@ def test_only_exchange_binding_records_are_indexed_below_exchanges() -> None:
     assert not _indexed(["~2F", "exchanges", "x", "e2e-in", "y~~abc"])
     assert not _indexed(["~2F", "exchanges", "x", "bound", "q~~t"])
     assert not _indexed(["~2F", "exchanges", "x", "e2e"])
+
+
+# ---- consumers: topics a batch must not go to ----------------------------------------------
+
+
+def test_topics_of_a_queue_with_two_consumers_or_more_are_shared(cache: TopologyCache) -> None:
+    put(cache, PATHS.binding_set("/", "jobs", "t-jobs"), binding_set("jobs", "", "t-jobs", "jobs"))
+    put(cache, PATHS.binding_set("/", "logs", "t-logs"), binding_set("logs", "x", "t-logs", "#"))
+    consumer_a = PATHS.queue_consumer("/", "jobs", "proxy-1/c1")
+    consumer_b = PATHS.queue_consumer("/", "jobs", "proxy-2/c1")
+    cache._on_event(event(TreeEvent.NODE_ADDED, consumer_a))
+    assert not cache.shared_by_consumers("/", "t-jobs")  # one consumer: batches are fine
+    cache._on_event(event(TreeEvent.NODE_ADDED, consumer_b))
+    assert cache.shared_by_consumers("/", "t-jobs")
+    assert not cache.shared_by_consumers("/", "t-logs")
+    # A binding of the shared queue added later shares its topic too; one removed does not.
+    put(cache, PATHS.binding_set("/", "jobs", "t-more"), binding_set("jobs", "x", "t-more", "a"))
+    assert cache.shared_by_consumers("/", "t-more")
+    remove(cache, PATHS.binding_set("/", "jobs", "t-more"))
+    assert not cache.shared_by_consumers("/", "t-more")
+    cache._on_event(event(TreeEvent.NODE_REMOVED, consumer_a))
+    assert not cache.shared_by_consumers("/", "t-jobs")
+    cache._on_event(event(TreeEvent.NODE_REMOVED, consumer_b))
+    assert cache._consumers == {}
+
+
+def test_consumers_do_not_count_as_topology_changes(cache: TopologyCache) -> None:
+    before = cache.changes
+    cache._on_event(event(TreeEvent.NODE_ADDED, PATHS.queue_consumer("/", "jobs", "c1")))
+    cache._on_event(event(TreeEvent.NODE_ADDED, PATHS.queue_consumer("/", "jobs", "c2")))
+    assert cache.changes == before  # route plans stay: the publish path asks per message
