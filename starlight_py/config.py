@@ -83,17 +83,9 @@ class Listener:
 
 
 MAX_UNCHUNKED_MESSAGE_SIZE = 4 * MIB
-"""The largest body accepted when Pulsar cannot chunk (producer batching on): below the
-broker's default maxMessageSize of 5 MiB, with room for properties."""
-
-
-def accepted_message_size(cfg: StarlightConfig) -> int:
-    """The largest message body the proxy accepts: amqpMaxMessageSize, capped at
-    MAX_UNCHUNKED_MESSAGE_SIZE with producer batching (Pulsar chunks unbatched messages
-    only)."""
-    if cfg.producer_batching:
-        return min(cfg.max_message_size, MAX_UNCHUNKED_MESSAGE_SIZE)
-    return cfg.max_message_size
+"""The largest body a batching producer sends (Pulsar cannot chunk batched messages): below
+the broker's default maxMessageSize of 5 MiB, with room for properties. Larger ones go,
+chunked, through a second producer of the topic (gateway/publishing.py)."""
 
 
 def _key(name: str, doc: str, unit: str = "") -> dict[str, str]:
@@ -261,8 +253,8 @@ class StarlightConfig:
             "amqpMaxMessageSize",
             "Largest message body accepted (RabbitMQ's default: 128 MiB). A message larger "
             "than the broker's maxMessageSize (5 MiB by default in Pulsar) is stored in "
-            "chunks (Pulsar message chunking). With pulsarProducerBatching=true, where Pulsar "
-            "cannot chunk, at most MAX_UNCHUNKED_MESSAGE_SIZE (4 MiB) is accepted.",
+            "chunks (Pulsar message chunking), with pulsarProducerBatching too (such a message "
+            "is not batched).",
         ),
     )
     producer_max_pending: int = field(

@@ -143,6 +143,10 @@ class ProducerHandle:
         self._capacity = capacity
         self.topic = topic
         self.batching = batching
+        # With batching: a second producer on the topic, unbatched and chunking, for bodies
+        # over MAX_UNCHUNKED_MESSAGE_SIZE (Pulsar cannot chunk batched messages). Made by
+        # the pool when a first such message comes (ProducerPool.large).
+        self.large: Any = None
         self.in_flight = 0
         self._unflushed = 0  # untracked sends since the last flush
         self.last_used = 0.0  # trio clock; the pool closes producers unused for a while
@@ -204,6 +208,35 @@ class ProducerHandle:
         except pulsar.PulsarException as e:
             done(False, str(e))
 
+    def send_large(
+        self,
+        body: bytes,
+        properties: dict[str, str],
+        done: SendCallback,
+        deliver_after_ms: int = 0,
+        stored: Callable[[MessageIdRecord, Any], None] | None = None,
+    ) -> None:
+        """`send_tracked` through the `large` producer (chunked). The caller made sure that
+        what was sent before on this topic is stored (so this one cannot overtake it) and
+        waits for `done` before sending more (so nothing overtakes this one)."""
+
+        def callback(result: Any, message_id: Any) -> None:
+            ok = result == _OK
+            if ok and stored is not None:
+                stored(_position(message_id), message_id)
+            done(ok, "" if ok else str(result))
+
+        builder = _pulsar.MessageBuilder()
+        builder.content(body)
+        builder.properties(properties)
+        if deliver_after_ms > 0:
+            builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
+        self.in_flight += 1
+        try:
+            self.large._producer.send_async(builder.build(), callback)
+        except pulsar.PulsarException as e:
+            done(False, str(e))
+
     def tracked_done(self) -> None:
         self.in_flight -= 1
 
@@ -234,10 +267,13 @@ class ProducerHandle:
             log.debug("flushing producer: %s", e)
 
     def close(self) -> None:
-        try:
-            self._producer.close()
-        except pulsar.PulsarException as e:
-            log.debug("closing producer: %s", e)
+        for producer in (self._producer, self.large):
+            if producer is None:
+                continue
+            try:
+                producer.close()
+            except pulsar.PulsarException as e:
+                log.debug("closing producer: %s", e)
 
 
 class AckOnlyConsumer:
@@ -514,6 +550,22 @@ class PulsarBackend:
         return ProducerHandle(
             producer, max(1, self.producer_max_pending - 1), topic, batching=self.batching
         )
+
+    def create_large_producer(self, topic: TopicName) -> Any:
+        """Blocking: an unbatched producer that chunks, for the bodies a batching producer
+        cannot send (ProducerHandle.large). Raises BackendUnavailable or BackendError."""
+        try:
+            return self._client.create_producer(
+                str(topic),
+                block_if_queue_full=False,
+                batching_enabled=False,
+                chunking_enabled=True,
+                send_timeout_millis=self.send_timeout_ms,
+            )
+        except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:
+            raise self._unusable(f"cannot create a producer on {topic}", e) from e
+        except pulsar.PulsarException as e:
+            raise BackendError(f"cannot create a producer on {topic}: {e}") from e
 
     def subscribe(
         self,

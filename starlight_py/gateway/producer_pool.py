@@ -52,6 +52,17 @@ class ProducerPool:
         producer.last_used = trio.current_time()
         return producer
 
+    async def large(self, producer: ProducerHandle) -> ProducerHandle:
+        """`producer` with its `large` producer (made on first use)."""
+        if producer.large is None and producer.topic is not None:
+            topic = producer.topic
+            large = await trio.to_thread.run_sync(self.backend.create_large_producer, topic)
+            if producer.large is None:
+                producer.large = large
+            else:  # another task made one meanwhile
+                await trio.to_thread.run_sync(large.close)
+        return producer
+
     def take_idle(self) -> list[ProducerHandle]:
         """Trio thread: forget the producers unused for `idle_timeout` with no send in
         flight, and return them for closing. A publish that comes later makes a new one."""

@@ -38,6 +38,7 @@ from starlight_py.backend.pulsar_client import (
     FlushCallback,
     ProducerHandle,
 )
+from starlight_py.config import MAX_UNCHUNKED_MESSAGE_SIZE
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.exchange_routing import (
     follows_bindings,
@@ -163,8 +164,10 @@ class Publisher:
     ) -> bool:
         """Publish without awaiting anything if everything it needs is at hand; False
         (nothing done) when it is not: then `publish` does it. Raises what `admit` raises."""
-        if method.immediate:
-            return False
+        if method.immediate or (
+            len(body) > MAX_UNCHUNKED_MESSAGE_SIZE and self.producers.backend.batching
+        ):
+            return False  # a large message with batching on: `publish` sends it in order
         access = self.ctx.access
         if access.permissions is not None and not access.allows_now(
             Access.WRITE, ResourceKind.EXCHANGE, method.exchange
@@ -424,7 +427,9 @@ class Publisher:
             producer = await self.producers.get(copy_topic)
             await self._wait_for_room(producer)
             stored = plan.pre_ack if copy_topic == plan.topic else None
-            self._send(producer, body, copy_properties, outcome, plan.delay_ms, stored)
+            await self._send_in_order(
+                producer, body, copy_properties, outcome, plan.delay_ms, stored
+            )
 
     async def _publish_through_bindings(
         self,
@@ -481,8 +486,52 @@ class Publisher:
         for copy_topic, copy_properties, stored in written:
             producer = await self.producers.get(copy_topic)
             await self._wait_for_room(producer)
-            self._send(producer, body, copy_properties, outcome, delay_ms, stored)
+            await self._send_in_order(producer, body, copy_properties, outcome, delay_ms, stored)
         return True
+
+    async def _send_in_order(
+        self,
+        producer: ProducerHandle,
+        body: bytes,
+        pulsar_properties: dict[str, str],
+        outcome: PublishOutcome,
+        delay_ms: int,
+        stored: StoredCallback | None,
+    ) -> None:
+        """`_send`, except for a body a batching producer cannot send (over
+        MAX_UNCHUNKED_MESSAGE_SIZE): that one goes, chunked, through the topic's second,
+        unbatched producer, after what this connection sent before is stored and before
+        anything it sends next (the connection's frames wait for this publish)."""
+        if not (producer.batching and len(body) > MAX_UNCHUNKED_MESSAGE_SIZE):
+            self._send(producer, body, pulsar_properties, outcome, delay_ms, stored)
+            return
+        await self._stored_so_far(producer)
+        await self.producers.large(producer)
+        token = trio.lowlevel.current_trio_token()
+        sent = trio.Event()
+
+        def done(ok: bool, error: str) -> None:
+            self._tracked.put((producer, outcome, ok, error))
+            token.run_sync_soon(sent.set)
+
+        producer.send_large(body, pulsar_properties, done, delay_ms, stored)
+        await sent.wait()
+
+    async def _stored_so_far(self, producer: ProducerHandle) -> None:
+        """Wait until every message sent through `producer` so far is stored (or failed)."""
+        self.flush()
+        token = trio.lowlevel.current_trio_token()
+        flushed = trio.Event()
+        covered_by_it = 0
+
+        def done(covered: int, ok: bool, error: str) -> None:
+            nonlocal covered_by_it
+            covered_by_it = covered
+            token.run_sync_soon(flushed.set)
+
+        producer.flush(done)
+        await flushed.wait()
+        producer.flushed(covered_by_it)
 
     async def _wait_for_room(self, producer: ProducerHandle) -> None:
         if producer.has_room():

@@ -30,7 +30,6 @@ from starlight_py.config import (
     ConfigError,
     Listener,
     StarlightConfig,
-    accepted_message_size,
 )
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
@@ -240,18 +239,11 @@ def build_services(config: StarlightConfig) -> ProxyServices:
             "only the tls provider is enabled: clients of amqp:// listeners are offered no "
             "SASL mechanism and cannot log in"
         )
-    if accepted_message_size(config) < config.max_message_size:
-        log.warning(
-            "amqpMaxMessageSize is %d but pulsarProducerBatching=true: Pulsar cannot chunk "
-            "batched messages, so bodies above %d bytes are refused",
-            config.max_message_size,
-            accepted_message_size(config),
-        )
     settings = ServerSettings(
         channel_max=config.channel_max,
         frame_max=config.frame_max,
         heartbeat=int(config.heartbeat),
-        max_message_size=accepted_message_size(config),
+        max_message_size=config.max_message_size,
         server_properties={
             "product": "starlight-py",
             "version": __version__,

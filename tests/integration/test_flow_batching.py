@@ -321,3 +321,22 @@ def test_a_burst_is_spread_over_competing_consumers(
         for connection in connections:
             if connection.is_open:
                 connection.close()
+
+
+def test_a_message_too_large_for_a_batch_is_chunked_in_its_place(
+    batching_proxy: ProxyThread, channel: BlockingChannel, created: Created
+) -> None:
+    """Pulsar cannot chunk batched messages: a body over 4 MiB takes the topic's unbatched
+    producer, neither overtaking the messages published before it nor overtaken by those
+    after it."""
+    queue = created.queue("large")
+    channel.queue_declare(queue)
+    large = bytes(range(256)) * (5 * 1024 * 4)  # 5 MiB
+    bodies = [b"before-1", b"before-2", large, b"after-1", b"after-2"]
+    for body in bodies:
+        channel.basic_publish("", queue, body)
+    deliveries = consume(channel, queue, len(bodies))
+    assert deliveries.bodies == bodies
+    for tag in deliveries.tags:
+        channel.basic_ack(tag)
+    assert wait_for_count(channel, queue, 0) == 0
