@@ -199,8 +199,14 @@ public class MessageBacklogServlet extends HttpServlet {
             List<com.google.common.collect.Range<Position>> ranges,
             Map<Position, Integer> partial, Reads read) throws Exception {
         Position last = ledger.getLastConfirmedEntry();
+        if (last != null && last.getEntryId() < 0) {
+            // A ledger just opened (after a roll-over or a reload) and still empty: the
+            // last entry is the previous ledger's.
+            last = ledger.getPreviousPosition(last);
+        }
         Position first = ledger.getNextValidPosition(markDelete);
-        if (last == null || first == null || first.compareTo(last) > 0) {
+        if (last == null || first == null || last.getEntryId() < 0
+                || first.compareTo(last) > 0) {
             return 0;
         }
         prefetch(ledger, markDelete, first, last, ranges, partial, read);
