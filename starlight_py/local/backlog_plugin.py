@@ -67,6 +67,20 @@ def plugin_broker_settings(plugin_dir: Path) -> dict[str, str]:
     }
 
 
+def backlog_plugin_settings(distribution: Path, log: Log = log_to_stderr) -> dict[str, str]:
+    """`plugin_broker_settings` of the plugin built for `distribution`; none (and a line
+    in `log` saying what is lost) when it cannot be built, e.g. without a JDK's javac: the
+    broker then runs without it. Raises nothing."""
+    try:
+        return plugin_broker_settings(ensure_backlog_plugin(distribution, log=log))
+    except LocalInfraError as e:
+        log(
+            f"Pulsar starts without the starlight-backlog plugin ({e}); with "
+            "pulsarProducerBatching=true queue counts are then in Pulsar entries"
+        )
+        return {}
+
+
 def ensure_backlog_plugin(
     distribution: Path, cache_dir: Path | None = None, log: Log = log_to_stderr
 ) -> Path:
@@ -76,6 +90,7 @@ def ensure_backlog_plugin(
     Raises:
         LocalInfraError: javac is missing or fails, or the cache is not writable.
     """
+    _check_distribution(distribution)
     sources = plugin_sources()
     root = (cache_dir if cache_dir is not None else default_cache_dir()) / "broker-plugin"
     target = root / plugin_fingerprint(sources, distribution)
@@ -105,11 +120,7 @@ def build_nar(sources: dict[str, bytes], distribution: Path, work: Path) -> Path
     Raises:
         LocalInfraError: javac is missing or fails.
     """
-    if not any((distribution / "lib").glob("org.apache.pulsar-pulsar-broker-*.jar")):
-        raise LocalInfraError(
-            f"{distribution} is not an unpacked Apache Pulsar binary distribution "
-            "(no lib/org.apache.pulsar-pulsar-broker-*.jar to compile the broker plugin against)"
-        )
+    _check_distribution(distribution)
     javac = _find_javac()
     source_dir = work / "src"
     classes = work / "classes"
@@ -151,6 +162,14 @@ def build_nar(sources: dict[str, bytes], distribution: Path, work: Path) -> Path
         for path in sorted(classes.rglob("*.class")):
             archive.write(path, path.relative_to(classes).as_posix())
     return nar
+
+
+def _check_distribution(distribution: Path) -> None:
+    if not any((distribution / "lib").glob("org.apache.pulsar-pulsar-broker-*.jar")):
+        raise LocalInfraError(
+            f"{distribution} is not an unpacked Apache Pulsar binary distribution "
+            "(no lib/org.apache.pulsar-pulsar-broker-*.jar to compile the broker plugin against)"
+        )
 
 
 def _find_javac() -> str:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from starlight_py.local.backlog_plugin import ensure_backlog_plugin, plugin_broker_settings
+from starlight_py.local.backlog_plugin import backlog_plugin_settings
 from starlight_py.local.distribution import (
     Log,
     ensure_pulsar_distribution,
@@ -218,9 +218,7 @@ class PulsarStandalone:
                     broker_port=self.broker_port,
                     web_port=self.web_port,
                     extra_properties={
-                        **plugin_broker_settings(
-                            ensure_backlog_plugin(distribution, log=self._log)
-                        ),
+                        **backlog_plugin_settings(distribution, self._log),
                         **self._extra_properties,
                     },
                 )

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from starlight_py.local.backlog_plugin import ensure_backlog_plugin, plugin_broker_settings
+from starlight_py.local.backlog_plugin import backlog_plugin_settings
 from starlight_py.local.distribution import (
     Log,
     ensure_pulsar_distribution,
@@ -252,7 +252,7 @@ class Broker(_JvmPart):
                 zookeeper=self._zookeeper,
                 bookies=self._bookies,
                 extra_properties={
-                    **plugin_broker_settings(ensure_backlog_plugin(distribution, log=self._log)),
+                    **backlog_plugin_settings(distribution, self._log),
                     **self._extra,
                 },
             ),

@@ -17,6 +17,7 @@ from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.local.backlog_plugin import (
     INDEX_INTERCEPTOR,
     PLUGIN_NAME,
+    backlog_plugin_settings,
     build_nar,
     plugin_broker_settings,
     plugin_fingerprint,
@@ -173,3 +174,11 @@ def test_left_to_ask_the_admin_client_uses_the_plugin_when_the_broker_has_it(
     admin.message_backlogs = None
     assert {k: s.backlog for k, s in admin.subscription_stats(TOPIC).items()} == {"q1": 25, "q2": 7}
     assert admin.message_backlogs is True
+
+
+def test_a_broker_starts_without_the_plugin_when_it_cannot_be_built(tmp_path: Path) -> None:
+    said: list[str] = []
+    assert backlog_plugin_settings(tmp_path / "not-pulsar", said.append) == {}
+    assert len(said) == 1
+    assert "without the starlight-backlog plugin" in said[0]
+    assert "not an unpacked Apache Pulsar binary distribution" in said[0]
