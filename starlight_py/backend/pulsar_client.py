@@ -182,31 +182,11 @@ class ProducerHandle:
         thread); for large messages, delayed ones, dead letters and messages to pre-ack.
         `stored(position, message_id)` is called first, on the same thread, when Pulsar
         stored it. Report the outcome to `tracked_done` on the trio thread."""
-
-        def callback(result: Any, message_id: Any) -> None:
-            ok = result == _OK
-            if ok and stored is not None:
-                stored(_position(message_id), message_id)
-            done(ok, "" if ok else str(result))
-
-        builder = _pulsar.MessageBuilder()
-        builder.content(body)
-        builder.properties(properties)
-        if deliver_after_ms > 0:
-            builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
-        self.in_flight += 1
         # A message whose id is acknowledged later without being received (pre-acks) goes
         # in a batch entry of its own: pulsar-client acknowledges such an id as its whole
         # entry, which would take the messages batched with it along.
         alone = self.batching and stored is not None
-        try:
-            if alone:
-                self._raw.flush_async(_ignore_flush)
-            self._raw.send_async(builder.build(), callback)
-            if alone:
-                self._raw.flush_async(_ignore_flush)
-        except pulsar.PulsarException as e:
-            done(False, str(e))
+        self._send_with_callback(self._raw, alone, body, properties, done, deliver_after_ms, stored)
 
     def send_large(
         self,
@@ -219,7 +199,19 @@ class ProducerHandle:
         """`send_tracked` through the `large` producer (chunked). The caller made sure that
         what was sent before on this topic is stored (so this one cannot overtake it) and
         waits for `done` before sending more (so nothing overtakes this one)."""
+        raw = self.large._producer
+        self._send_with_callback(raw, False, body, properties, done, deliver_after_ms, stored)
 
+    def _send_with_callback(
+        self,
+        raw: Any,
+        alone: bool,
+        body: bytes,
+        properties: dict[str, str],
+        done: SendCallback,
+        deliver_after_ms: int,
+        stored: Callable[[MessageIdRecord, Any], None] | None,
+    ) -> None:
         def callback(result: Any, message_id: Any) -> None:
             ok = result == _OK
             if ok and stored is not None:
@@ -233,7 +225,11 @@ class ProducerHandle:
             builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
         self.in_flight += 1
         try:
-            self.large._producer.send_async(builder.build(), callback)
+            if alone:
+                raw.flush_async(_ignore_flush)  # close the batch being filled
+            raw.send_async(builder.build(), callback)
+            if alone:
+                raw.flush_async(_ignore_flush)  # and this one, before anything joins it
         except pulsar.PulsarException as e:
             done(False, str(e))
 

@@ -309,15 +309,14 @@ class Publisher:
             self._unflushed[producer] = ([outcome], time.monotonic())
         else:
             waiting[0].append(outcome)
-        topic = producer.topic
-        if (
-            producer.batching
-            and topic is not None
-            and self.cache.shared_by_consumers(self.ctx.vhost, topic.local)
-        ):
+        if producer.batching and self._shared_by_consumers(producer):
             # Competing consumers read the topic: one entry per message, as unbatched.
             outcomes, since = self._unflushed.pop(producer)
             producer.flush(self._flush_callback(producer, outcomes, since))
+
+    def _shared_by_consumers(self, producer: ProducerHandle) -> bool:
+        topic = producer.topic
+        return topic is not None and self.cache.shared_by_consumers(self.ctx.vhost, topic.local)
 
     # ---- everything else --------------------------------------------------------------------
 

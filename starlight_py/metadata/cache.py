@@ -271,7 +271,7 @@ class TopologyCache:
             self._count_consumer(name_of(parts[0]), name_of(parts[2]), parts[4], removed)
             return
         if not _indexed(parts):
-            return  # consumers, owners, usage marks: nothing routing or consumers follow
+            return  # owners, usage marks: nothing routing or consumers follow
         try:
             self._apply(parts, None if removed else data.data)
         except (RecordError, ValueError) as e:
