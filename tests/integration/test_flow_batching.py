@@ -22,6 +22,7 @@ from tests.support.amqp_fixtures import (
     Deliveries,
     back_to_back_publishes,
     confirmed_tags,
+    drain,
     pump,
     unique,
 )
@@ -270,14 +271,7 @@ def test_a_burst_with_message_ttls_in_a_queue_nobody_reads_is_dead_lettered_whol
     )
     publish_burst(batching_proxy, waiting, properties=commands.Basic.Properties(expiration="300"))
     assert stored_entries(services, waiting) == 1
-    got = []
-    deadline = time.monotonic() + 15
-    while len(got) < BURST and time.monotonic() < deadline:
-        method, _, body = channel.basic_get(dead, auto_ack=True)
-        if method is None:
-            time.sleep(0.1)
-        else:
-            got.append(body)
+    got = drain(channel, dead, BURST, timeout=15)
     assert got == [f"m{i}".encode() for i in range(BURST)]
     assert ready_count(channel, waiting) == 0
 
