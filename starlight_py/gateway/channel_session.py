@@ -24,3 +24,6 @@ class ChannelSession:
     getter_holds: Counter[int] = field(default_factory=Counter)
     getter_generation: int = 0
     getting: bool = False  # a basic.get is using the getters right now
+    # Queues a queue.delete of this channel is deleting: their consumers here hear
+    # basic.cancel after the delete-ok, from the delete itself (not from the cache).
+    deleting: set[str] = field(default_factory=set)

@@ -290,8 +290,9 @@ class Consumers:
                 still = await trio.to_thread.run_sync(
                     self.topology.get_queue, self.ctx.vhost, link.queue
                 )
-                # Not if cancelled meanwhile (queue_deleted): one basic.cancel per consumer.
-                if still is None and not link.cancelled:
+                # Not if cancelled meanwhile (queue_deleted): one basic.cancel per consumer;
+                # nor while its own channel deletes the queue (the cancel follows the ok).
+                if still is None and not link.cancelled and link.queue not in link.session.deleting:
                     await self._server_cancel(link)
                 continue
             if link.waiting:
@@ -330,13 +331,14 @@ class Consumers:
             del link.handles[subscription]
             await trio.to_thread.run_sync(handle.close)
 
-    def queue_deleted(self, queue: str) -> None:
+    def queue_deleted(self, queue: str, spare: ChannelSession | None = None) -> None:
         """`queue` was deleted through this proxy: cancel its consumers on this connection
-        at once, so that their basic.cancel is written before the deleting channel's
-        delete-ok, as RabbitMQ orders them (a client that re-declares on the cancel has done
-        so before it uses the queue again). Closing their Pulsar consumers follows."""
+        but those of channel `spare` (the deleting one, whose delete-ok goes first) at once,
+        so that their basic.cancel is written before the deleting channel's delete-ok, as
+        RabbitMQ orders them (a client that re-declares on the cancel has done so before it
+        uses the queue again). Closing their Pulsar consumers follows."""
         for link in list(self.links):
-            if link.queue == queue and not link.cancelled:
+            if link.queue == queue and not link.cancelled and link.session is not spare:
                 self._cancel_now(link)
                 self.spawn(self._finish_server_cancel, link)
 

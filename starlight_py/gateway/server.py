@@ -31,6 +31,7 @@ from starlight_py.config import (
     Listener,
     StarlightConfig,
 )
+from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
 from starlight_py.gateway.connection_report import connection_name, describe_connections
@@ -153,13 +154,16 @@ class ProxyServices:
                 watch_lead=None if cleaner is None else cleaner.election.watch,
             )
 
-    def cancel_consumers_of(self, vhost: str, queue: str) -> None:
-        """A queue was deleted through this proxy: its consumers on this proxy get their
-        basic.cancel now, not when the topology cache hears of it (trio thread)."""
+    def cancel_consumers_of(
+        self, vhost: str, queue: str, spare: ChannelSession | None = None
+    ) -> None:
+        """A queue was deleted through this proxy: its consumers on this proxy but those of
+        channel `spare` get their basic.cancel now, not when the topology cache hears of it
+        (trio thread)."""
         for connection in list(self.connections):
             messages = connection.messages
             if messages is not None and messages.consumers.ctx.vhost == vhost:
-                messages.consumers.queue_deleted(queue)
+                messages.consumers.queue_deleted(queue, spare)
 
     def user_deleted(self, name: str) -> None:
         """Runs on kazoo's thread: only schedules work on trio's."""

@@ -80,8 +80,9 @@ class TopologyMethods:
         self.cache = cache
         # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).
         self.trimmed: Callable[[str, str], Awaitable[None]] | None = None
-        # A queue (vhost, name) was deleted here: this proxy's consumers of it are cancelled.
-        self.queue_deleted: Callable[[str, str], None] | None = None
+        # A queue (vhost, name) was deleted here: this proxy's consumers of it are cancelled,
+        # but for those of the channel given (None: all of them).
+        self.queue_deleted: Callable[[str, str, ChannelSession | None], None] | None = None
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(call, *args)
@@ -229,20 +230,31 @@ class TopologyMethods:
     ) -> None:
         name = self._queue_name(ctx, session, _text(method.queue), (50, 40))
         await ctx.access.check_queue(Access.CONFIGURE, name, (50, 40))
-        count = await self._run(
-            self.service.delete_queue,
-            ctx.vhost,
-            ctx.namespace,
-            name,
-            bool(method.if_unused),
-            bool(method.if_empty),
-            ctx.owner,
-        )
+        session.deleting.add(name)
+        try:
+            count = await self._run(
+                self.service.delete_queue,
+                ctx.vhost,
+                ctx.namespace,
+                name,
+                bool(method.if_unused),
+                bool(method.if_empty),
+                ctx.owner,
+            )
+        finally:
+            session.deleting.discard(name)
         ctx.exclusive_queues.discard(name)
-        if self.queue_deleted is not None:
-            self.queue_deleted(ctx.vhost, name)  # basic.cancel before delete-ok
+        # RabbitMQ's order: the consumers of other channels hear basic.cancel before the
+        # delete-ok (their channel processes see the queue go at once), those of the deleting
+        # channel after it (that channel answers the delete first). A client waiting for the
+        # delete-ok on a channel with a consumer (kombu) would otherwise see the cancel first.
+        cancel = self.queue_deleted
+        if cancel is not None:
+            cancel(ctx.vhost, name, session)
         if not method.nowait:
             reply(commands.Queue.DeleteOk(count))
+        if cancel is not None:
+            cancel(ctx.vhost, name, None)
 
     async def _queue_bind(
         self,

@@ -677,3 +677,28 @@ def test_consumers_hear_their_queues_deleted_before_the_next_reply(
         assert seen[-1] == (2, "Basic.QosOk")
     finally:
         client.close()
+
+
+def test_a_consumer_of_the_deleting_channel_hears_the_cancel_after_the_delete_ok(
+    broker: Broker, created: Created
+) -> None:
+    """RabbitMQ answers queue.delete on the deleting channel first and only then sends
+    basic.cancel to that channel's own consumers of the queue (its channel process sees the
+    queue go after it has replied). A client that waits for the delete-ok on a channel with
+    a consumer (py-amqp, kombu's test_ack_from_another_thread) raises ConsumerCancelled if
+    the cancel comes first. Consumers of other channels hear it before the delete-ok (the
+    test above)."""
+    queue = created.queue("own")
+    client = broker.raw()
+    try:
+        client.handshake(capabilities={"consumer_cancel_notify": True})
+        assert isinstance(client.open_channel(1), commands.Channel.OpenOk)
+        client.send_method(1, commands.Queue.Declare(queue=queue))
+        assert isinstance(client.read_method()[1], commands.Queue.DeclareOk)
+        client.send_method(1, commands.Basic.Consume(queue=queue, consumer_tag="own"))
+        assert isinstance(client.read_method()[1], commands.Basic.ConsumeOk)
+        client.send_method(1, commands.Queue.Delete(queue=queue))
+        seen = [client.read_method()[1].name for _ in range(2)]
+        assert seen == ["Queue.DeleteOk", "Basic.Cancel"]
+    finally:
+        client.close()
