@@ -145,6 +145,7 @@ class Publisher:
         token = trio.lowlevel.current_trio_token()
         self._flushed: Batcher[_Flushed] = Batcher(token, self._on_flushed)
         self._tracked: Batcher[_Tracked] = Batcher(token, self._on_tracked)
+        self._closed = False
         # Producers sent to since the last flush, with the outcomes waiting for it.
         self._unflushed: dict[ProducerHandle, tuple[list[PublishOutcome], float]] = {}
         self._count = 0  # published since the metrics were last updated
@@ -586,6 +587,11 @@ class Publisher:
         return done
 
     def _on_flushed(self, results: list[_Flushed]) -> None:
+        if self._closed:
+            # Nobody is left to confirm to, but the shared producer gets its room back.
+            for producer, covered, *_ in results:
+                producer.flushed(covered)
+            return
         by_target: dict[OutcomeTarget, list[tuple[int, bool]]] = {}
         now = time.monotonic()
         for producer, covered, outcomes, ok, error, since in results:
@@ -600,6 +606,10 @@ class Publisher:
         self.kick()
 
     def _on_tracked(self, results: list[_Tracked]) -> None:
+        if self._closed:
+            for producer, *_ in results:
+                producer.tracked_done()
+            return
         by_target: dict[OutcomeTarget, list[tuple[int, bool]]] = {}
         for producer, outcome, ok, error in results:
             producer.tracked_done()
@@ -633,5 +643,7 @@ class Publisher:
         return bool(self._unflushed)
 
     def close(self) -> None:
-        self._flushed.close()
-        self._tracked.close()
+        """The connection is gone. Sends still in flight keep their room in the shared
+        producers until Pulsar answers them (`_on_flushed`, `_on_tracked`): their outcomes
+        only give it back from then on."""
+        self._closed = True

@@ -76,3 +76,58 @@ def test_full_producer_queue_blocks_then_unblocks_and_loses_nothing(
     _, declare_ok = client.read_method()
     assert declare_ok.message_count == count
     client.close()
+
+
+def _publishes(queue: str, count: int) -> bytes:
+    frames = []
+    for _ in range(count):
+        frames.append(
+            pamqp_frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+        )
+        frames.append(
+            pamqp_frame.marshal(pamqp_header.ContentHeader(0, 4, commands.Basic.Properties()), 1)
+        )
+        frames.append(b"\x03\x00\x01\x00\x00\x00\x04data\xce")
+    return b"".join(frames)
+
+
+def test_connections_gone_before_their_publishes_are_stored_leave_the_producer_its_room(
+    start_proxy: ProxyFactory,
+) -> None:
+    """A connection that publishes and goes at once (a crash, a short-lived script) leaves
+    its sends to Pulsar in flight. Their room in the shared producer's queue must come back
+    when Pulsar answers, though nobody is left to confirm to: it once did not, and after
+    `pulsarProducerMaxPendingMessages` such messages every publisher of the queue was
+    blocked for good."""
+    proxy = start_proxy(pulsarProducerMaxPendingMessages="12")
+    queue = f"bp-gone-{uuid.uuid4().hex[:8]}"
+    setup = RawClient("127.0.0.1", proxy.port)
+    handshake_with_capabilities(setup)
+    setup.open_channel(1)
+    setup.send_method(1, commands.Queue.Declare(queue=queue, auto_delete=False))
+    setup.read_method()
+    rounds, each = 8, 5
+    for _ in range(rounds):
+        client = RawClient("127.0.0.1", proxy.port)
+        handshake_with_capabilities(client)
+        client.open_channel(1)
+        client.send(_publishes(queue, each))
+        client.close()  # no connection.close, no waiting for anything
+    last = RawClient("127.0.0.1", proxy.port)
+    handshake_with_capabilities(last)
+    last.open_channel(1)
+    last.send_method(1, commands.Confirm.Select())
+    last.read_method()
+    last.send(_publishes(queue, 1))
+    seen: list[str] = []
+    while "Basic.Ack" not in seen:
+        _, method = last.read_method(timeout=30)
+        seen.append(method.name)
+    assert "Connection.Blocked" not in seen
+    setup.send_method(1, commands.Queue.Declare(queue=queue, passive=True))
+    _, declare_ok = setup.read_method()
+    assert declare_ok.message_count == rounds * each + 1  # nothing lost either
+    setup.send_method(1, commands.Queue.Delete(queue=queue))
+    setup.read_method()
+    setup.close()
+    last.close()
