@@ -310,14 +310,15 @@ class Publisher:
             self._unflushed[producer] = ([outcome], time.monotonic())
         else:
             waiting[0].append(outcome)
-        if producer.batching and self._shared_by_consumers(producer):
-            # Competing consumers read the topic: one entry per message, as unbatched.
+        if producer.batching and not self._batchable(producer):
+            # A queue with competing consumers, or none yet, reads the topic: one entry per
+            # message, as unbatched (TopologyCache.batchable says why).
             outcomes, since = self._unflushed.pop(producer)
             producer.flush(self._flush_callback(producer, outcomes, since))
 
-    def _shared_by_consumers(self, producer: ProducerHandle) -> bool:
+    def _batchable(self, producer: ProducerHandle) -> bool:
         topic = producer.topic
-        return topic is not None and self.cache.shared_by_consumers(self.ctx.vhost, topic.local)
+        return topic is None or self.cache.batchable(self.ctx.vhost, topic.local)
 
     # ---- everything else --------------------------------------------------------------------
 

@@ -88,9 +88,11 @@ class TopologyCache:
         self._prioritised: dict[str, dict[str, int]] = {}
         # (vhost, queue) -> its AMQP consumers on every proxy (their znodes' names)
         self._consumers: dict[tuple[str, str], set[str]] = {}
-        # (vhost, topic) of every binding set of a queue with two consumers or more: what a
-        # publish there must not batch (a batch entry goes to one consumer). Replaced whole.
-        self._shared_topics: frozenset[tuple[str, str]] = frozenset()
+        # (vhost, topic) -> how many queues read it, and how many of those have exactly one
+        # AMQP consumer; a topic is batchable when the two are equal (`batchable`).
+        self._readers: dict[tuple[str, str], int] = {}
+        self._single_readers: dict[tuple[str, str], int] = {}
+        self._batchable: set[tuple[str, str]] = set()
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
@@ -143,11 +145,13 @@ class TopologyCache:
         with self._lock:
             return self._retired.get((vhost, subscription))
 
-    def shared_by_consumers(self, vhost: str, topic: str) -> bool:
-        """Whether a queue with two AMQP consumers or more (on any proxy) reads the topic:
-        then each message published there goes in a Pulsar entry of its own, which Pulsar
-        hands to one consumer, so that a burst is spread as RabbitMQ spreads it."""
-        return (vhost, topic) in self._shared_topics
+    def batchable(self, vhost: str, topic: str) -> bool:
+        """Whether every queue that reads the topic has exactly one AMQP consumer (on any
+        proxy). Pulsar hands a whole entry to one consumer, so messages published anywhere
+        else go in entries of their own: to a queue with competing consumers, a burst is
+        spread as RabbitMQ spreads it; to a queue with none, the backlog it builds is spread
+        over the consumers that come later, and over competing basic.get clients."""
+        return (vhost, topic) in self._batchable
 
     def binding_sets_of_queue(self, vhost: str, queue: str) -> list[BindingSet]:
         with self._lock:
@@ -285,24 +289,40 @@ class TopologyCache:
     def _count_consumer(self, vhost: str, queue: str, consumer: str, removed: bool) -> None:
         with self._lock:
             present = self._consumers.setdefault((vhost, queue), set())
-            before = len(present) >= 2
+            before = len(present) == 1
             if removed:
                 present.discard(consumer)
                 if not present:
                     del self._consumers[(vhost, queue)]
             else:
                 present.add(consumer)
-            if before != (len(present) >= 2):
-                self._find_shared_topics()
+            after = len(present) == 1
+            if before != after:
+                step = 1 if after else -1
+                for topic in self._sets_by_queue.get((vhost, queue), {}):
+                    self._count_reader((vhost, topic), 0, step)
 
-    def _find_shared_topics(self) -> None:
-        """Called with the lock held, after consumers or binding sets changed."""
-        self._shared_topics = frozenset(
-            (vhost, topic)
-            for (vhost, queue), consumers in self._consumers.items()
-            if len(consumers) >= 2
-            for topic in self._sets_by_queue.get((vhost, queue), {})
-        )
+    def _count_reader(self, key: tuple[str, str], readers: int, single: int) -> None:
+        """Called with the lock held: a queue began (1) or stopped (-1) reading topic `key`,
+        or (`single`) having exactly one consumer."""
+        count = self._readers.get(key, 0) + readers
+        singles = self._single_readers.get(key, 0) + single
+        if count:
+            self._readers[key] = count
+        else:
+            self._readers.pop(key, None)
+        if singles:
+            self._single_readers[key] = singles
+        else:
+            self._single_readers.pop(key, None)
+        if count and count == singles:
+            self._batchable.add(key)
+        else:
+            self._batchable.discard(key)
+
+    def _single_consumer(self, vhost: str, queue: str) -> int:
+        """Called with the lock held: 1 if the queue has exactly one consumer, else 0."""
+        return 1 if len(self._consumers.get((vhost, queue), ())) == 1 else 0
 
     def _apply(self, parts: list[str], raw: bytes | None) -> None:
         """Index one znode's record (None: removed); only for paths `_indexed` accepts."""
@@ -363,21 +383,23 @@ class TopologyCache:
                     set_key = (record.queue, record.topic)
                     self._sets_by_exchange.setdefault(exchange_key, {})[set_key] = record
                     self._set_keys[path_key] = (exchange_key, set_key)
-                    self._sets_by_queue.setdefault((vhost, record.queue), {})[record.topic] = record
-                    if len(self._consumers.get((vhost, record.queue), ())) >= 2:
-                        self._find_shared_topics()
+                    queue_sets = self._sets_by_queue.setdefault((vhost, record.queue), {})
+                    if record.topic not in queue_sets:
+                        single = self._single_consumer(vhost, record.queue)
+                        self._count_reader((vhost, record.topic), 1, single)
+                    queue_sets[record.topic] = record
                 elif raw is None and path_key in self._set_keys:
                     exchange_key, set_key = self._set_keys.pop(path_key)
                     queue_sets = self._sets_by_queue.get((vhost, set_key[0]), {})
-                    queue_sets.pop(set_key[1], None)
+                    if queue_sets.pop(set_key[1], None) is not None:
+                        single = self._single_consumer(vhost, set_key[0])
+                        self._count_reader((vhost, set_key[1]), -1, -single)
                     if not queue_sets:
                         self._sets_by_queue.pop((vhost, set_key[0]), None)
                     sets = self._sets_by_exchange.get(exchange_key, {})
                     sets.pop(set_key, None)
                     if not sets:
                         self._sets_by_exchange.pop(exchange_key, None)
-                    if len(self._consumers.get((vhost, set_key[0]), ())) >= 2:
-                        self._find_shared_topics()
 
     # ---- policies (called with the lock held) -----------------------------------------------
 

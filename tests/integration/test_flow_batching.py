@@ -1,10 +1,14 @@
 """pulsarProducerBatching: what one socket read publishes to a topic becomes one Pulsar batch
-entry, and every message of it is still acknowledged, requeued, rejected, fetched and purged
-on its own (the broker acknowledges batch messages by index). Each test first checks, in
-Pulsar's stats, that its burst really was stored as one entry."""
+entry when every queue reading the topic has exactly one consumer, and every message of it is
+still acknowledged, requeued, rejected, fetched and purged on its own (the broker
+acknowledges batch messages by index). Each test first checks, in Pulsar's stats, that its
+burst really was stored as one entry (a `sole_consumer` is there while it is published).
+Published to a queue with no consumer, or competing ones, each message is an entry of its
+own, so that the consumers that read it are given it message by message."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 
@@ -72,6 +76,23 @@ def publish_burst(
         client.close()
 
 
+@contextlib.contextmanager
+def sole_consumer(proxy: ProxyThread, *queues: str) -> Iterator[None]:
+    """One consumer (prefetch 1, acknowledging nothing) on each queue while the block runs,
+    so that what is published to them then is batched; when it ends its connection goes and
+    the one message each got is requeued."""
+    connection = pika.BlockingConnection(pika.URLParameters(proxy.amqp_url()))
+    try:
+        holder = connection.channel()
+        holder.basic_qos(prefetch_count=1)
+        for queue in queues:
+            holder.basic_consume(queue, lambda *_: None)
+        time.sleep(0.5)  # the proxy's topology cache hears of the consumers
+        yield
+    finally:
+        connection.close()
+
+
 def stored_entries(services: ServiceEndpoints, queue: str) -> int:
     """Pulsar entries (not messages) waiting in the queue's subscription."""
     topic = naming.exchange_topic(NamespaceName("public", "default"), "", "direct", queue)
@@ -85,9 +106,11 @@ def burst_queue(
 ) -> Iterator[str]:
     queue = unique("batched", "flow")
     channel.queue_declare(queue, auto_delete=False)
-    publish_burst(batching_proxy, queue)
-    # The burst is one Pulsar entry: batching really happened.
-    assert stored_entries(services, queue) == 1
+    with sole_consumer(batching_proxy, queue):
+        publish_burst(batching_proxy, queue)
+        # The burst is one Pulsar entry: batching really happened.
+        assert stored_entries(services, queue) == 1
+    assert wait_for_count(channel, queue, BURST) == BURST  # all ready again
     yield queue
     with pika.BlockingConnection(pika.URLParameters(batching_proxy.amqp_url())) as connection:
         connection.channel().queue_delete(queue)
@@ -219,7 +242,8 @@ def test_counts_of_two_bursts_and_a_single_message(
     batching_proxy: ProxyThread, channel: BlockingChannel, burst_queue: str
 ) -> None:
     """Entries of different sizes add up: ten, then seven more in one read, then one."""
-    publish_burst(batching_proxy, burst_queue, 7)
+    with sole_consumer(batching_proxy, burst_queue):
+        publish_burst(batching_proxy, burst_queue, 7)
     channel.basic_publish("", burst_queue, b"single")
     assert wait_for_count(channel, burst_queue, BURST + 8) == BURST + 8
     deliveries = consume(channel, burst_queue, BURST + 8, prefetch=100)
@@ -245,8 +269,9 @@ def test_a_burst_through_a_topic_exchange_reaches_each_queue_whole(
         channel.queue_declare(queue)
     channel.queue_bind(evens, exchange, "even.*")
     channel.queue_bind(odds, exchange, "odd.*")
-    publish_burst(batching_proxy, "", BURST, exchange, ("even.x", "odd.x"))
-    time.sleep(1.5)  # pre-acks go out about half a second after the messages are stored
+    with sole_consumer(batching_proxy, evens, odds):
+        publish_burst(batching_proxy, "", BURST, exchange, ("even.x", "odd.x"))
+        time.sleep(1.5)  # pre-acks go out about half a second after the messages are stored
     assert wait_for_count(channel, evens, BURST // 2) == BURST // 2
     assert wait_for_count(channel, odds, BURST // 2) == BURST // 2
     for queue, first in ((evens, 0), (odds, 1)):
@@ -269,8 +294,11 @@ def test_a_burst_with_message_ttls_in_a_queue_nobody_reads_is_dead_lettered_whol
         waiting,
         arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead},
     )
-    publish_burst(batching_proxy, waiting, properties=commands.Basic.Properties(expiration="300"))
-    assert stored_entries(services, waiting) == 1
+    with sole_consumer(batching_proxy, waiting):
+        publish_burst(
+            batching_proxy, waiting, properties=commands.Basic.Properties(expiration="300")
+        )
+        assert stored_entries(services, waiting) == 1
     got = drain(channel, dead, BURST, timeout=15)
     assert got == [f"m{i}".encode() for i in range(BURST)]
     assert ready_count(channel, waiting) == 0
@@ -327,12 +355,16 @@ def test_a_message_too_large_for_a_batch_is_chunked_in_its_place(
     channel.queue_declare(queue)
     large = bytes(range(256)) * (5 * 1024 * 4)  # 5 MiB
     bodies = [b"before-1", b"before-2", large, b"after-1", b"after-2"]
+    reader = channel.connection.channel()
+    deliveries = Deliveries()
+    reader.basic_consume(queue, deliveries)  # its one consumer: publishes are batched
+    time.sleep(0.5)
     for body in bodies:
         channel.basic_publish("", queue, body)
-    deliveries = consume(channel, queue, len(bodies))
+    pump([channel.connection], lambda: len(deliveries) >= len(bodies), settle=0.2)
     assert deliveries.bodies == bodies
     for tag in deliveries.tags:
-        channel.basic_ack(tag)
+        reader.basic_ack(tag)
     assert wait_for_count(channel, queue, 0) == 0
 
 
@@ -349,8 +381,41 @@ def test_counts_stay_messages_after_the_topic_is_reloaded(
     topic = naming.exchange_topic(NamespaceName("public", "default"), "", "direct", burst_queue)
     PulsarAdmin(services.pulsar_web_url).unload_topic(topic)
     assert wait_for_count(channel, burst_queue, BURST) == BURST
-    publish_burst(batching_proxy, burst_queue, 7)
+    with sole_consumer(batching_proxy, burst_queue):
+        publish_burst(batching_proxy, burst_queue, 7)
     assert wait_for_count(channel, burst_queue, BURST + 7) == BURST + 7
     got = [channel.basic_get(burst_queue, auto_ack=True)[2] for _ in range(BURST + 7)]
     assert got == [f"m{i}".encode() for i in range(BURST)] + [f"m{i}".encode() for i in range(7)]
     assert wait_for_count(channel, burst_queue, 0) == 0
+
+
+def test_a_backlog_published_before_any_consumer_is_spread_over_those_that_come(
+    batching_proxy: ProxyThread, created: Created, services: ServiceEndpoints
+) -> None:
+    """A burst to a queue nobody consumes yet is stored one message per entry: Pulsar
+    hands an entry to one consumer whole, so a batched backlog would reach the first of
+    two prefetch-1 workers whole while the second got nothing (as it did: [1, 0] and the
+    first worker held the other nine)."""
+    connections = [
+        pika.BlockingConnection(pika.URLParameters(batching_proxy.amqp_url())) for _ in range(2)
+    ]
+    try:
+        channels = [connection.channel() for connection in connections]
+        queue = created.queue("backlog")
+        channels[0].queue_declare(queue)
+        publish_burst(batching_proxy, queue)
+        assert stored_entries(services, queue) == BURST
+        received: list[Deliveries] = []
+        for worker in channels:
+            deliveries = Deliveries()
+            worker.basic_qos(prefetch_count=1)
+            worker.basic_consume(queue, deliveries)
+            received.append(deliveries)
+        pump(connections, lambda: all(len(d) == 1 for d in received), settle=0.5)
+        assert [len(d) for d in received] == [1, 1]  # one each: prefetch 1, nothing acked
+        # The eight others are waiting in the queue for whichever acknowledges first.
+        assert channels[0].queue_declare(queue, passive=True).method.message_count == BURST - 2
+    finally:
+        for connection in connections:
+            if connection.is_open:
+                connection.close()

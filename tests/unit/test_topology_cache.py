@@ -384,28 +384,46 @@ def test_only_exchange_binding_records_are_indexed_below_exchanges() -> None:
     assert not _indexed(["~2F", "exchanges", "x", "e2e"])
 
 
-# ---- consumers: topics a batch must not go to ----------------------------------------------
+# ---- consumers: topics a batch may go to ----------------------------------------------------
 
 
-def test_topics_of_a_queue_with_two_consumers_or_more_are_shared(cache: TopologyCache) -> None:
+def test_only_topics_whose_queues_each_have_one_consumer_are_batchable(
+    cache: TopologyCache,
+) -> None:
     put(cache, PATHS.binding_set("/", "jobs", "t-jobs"), binding_set("jobs", "", "t-jobs", "jobs"))
     put(cache, PATHS.binding_set("/", "logs", "t-logs"), binding_set("logs", "x", "t-logs", "#"))
+    assert not cache.batchable("/", "t-jobs")  # no consumer yet: its backlog is spread later
     consumer_a = PATHS.queue_consumer("/", "jobs", "proxy-1/c1")
     consumer_b = PATHS.queue_consumer("/", "jobs", "proxy-2/c1")
     cache._on_event(event(TreeEvent.NODE_ADDED, consumer_a))
-    assert not cache.shared_by_consumers("/", "t-jobs")  # one consumer: batches are fine
+    assert cache.batchable("/", "t-jobs")  # one consumer: batches are fine
+    assert not cache.batchable("/", "t-logs")
     cache._on_event(event(TreeEvent.NODE_ADDED, consumer_b))
-    assert cache.shared_by_consumers("/", "t-jobs")
-    assert not cache.shared_by_consumers("/", "t-logs")
-    # A binding of the shared queue added later shares its topic too; one removed does not.
+    assert not cache.batchable("/", "t-jobs")  # competing consumers
+    # A binding of that queue added later is not batchable either; a removed one is gone.
     put(cache, PATHS.binding_set("/", "jobs", "t-more"), binding_set("jobs", "x", "t-more", "a"))
-    assert cache.shared_by_consumers("/", "t-more")
+    assert not cache.batchable("/", "t-more")
     remove(cache, PATHS.binding_set("/", "jobs", "t-more"))
-    assert not cache.shared_by_consumers("/", "t-more")
     cache._on_event(event(TreeEvent.NODE_REMOVED, consumer_a))
-    assert not cache.shared_by_consumers("/", "t-jobs")
+    assert cache.batchable("/", "t-jobs")
+    assert not cache.batchable("/", "t-more")
+    # A topic two queues read is batchable only while each has exactly one consumer.
+    put(cache, PATHS.binding_set("/", "logs", "t-jobs"), binding_set("logs", "x", "t-jobs", "k"))
+    assert not cache.batchable("/", "t-jobs")
+    cache._on_event(event(TreeEvent.NODE_ADDED, PATHS.queue_consumer("/", "logs", "p/c")))
+    assert cache.batchable("/", "t-jobs")
+    assert cache.batchable("/", "t-logs")
+    put(cache, PATHS.binding_set("/", "logs", "t-jobs"), binding_set("logs", "x", "t-jobs", "k"))
+    assert cache.batchable("/", "t-jobs")  # the same binding set again changes nothing
+    remove(cache, PATHS.binding_set("/", "logs", "t-jobs"))
+    assert cache.batchable("/", "t-jobs")
     cache._on_event(event(TreeEvent.NODE_REMOVED, consumer_b))
+    assert not cache.batchable("/", "t-jobs")
+    remove(cache, PATHS.binding_set("/", "jobs", "t-jobs"))
+    cache._on_event(event(TreeEvent.NODE_REMOVED, PATHS.queue_consumer("/", "logs", "p/c")))
+    remove(cache, PATHS.binding_set("/", "logs", "t-logs"))
     assert cache._consumers == {}
+    assert (cache._readers, cache._single_readers, cache._batchable) == ({}, {}, set())
 
 
 def test_consumers_do_not_count_as_topology_changes(cache: TopologyCache) -> None:
