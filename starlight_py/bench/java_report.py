@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from starlight_py.bench.load_result import SCENARIOS, TARGET_TOOLS, LoadResult
+from starlight_py.bench.load_result import MATCHED, ROW_TOOLS, SCENARIOS, LoadResult
 from starlight_py.bench.targets import (
     ADDED_LATENCY,
     PROXY_CPU,
     PULSAR_CPU,
+    PULSAR_CPU_MATCHED,
     TAIL_LATENCY,
     THROUGHPUT,
     Verdict,
@@ -17,8 +18,13 @@ from starlight_py.bench.targets import (
     goal_for,
 )
 
-TARGET_NAMES = {"proxy": "proxy", "rabbitmq": "RabbitMQ", "pulsar": "Pulsar"}
-_TARGET_ORDER = {target: i for i, target in enumerate(TARGET_TOOLS)}
+TARGET_NAMES = {
+    "proxy": "proxy",
+    "rabbitmq": "RabbitMQ",
+    "pulsar": "Pulsar",
+    MATCHED: "Pulsar at the proxy's msg/s",
+}
+_TARGET_ORDER = {target: i for i, target in enumerate(ROW_TOOLS)}
 _SCENARIO_ORDER = {name: i for i, name in enumerate(SCENARIOS)}
 MARKS = {True: " ✓", False: " ✗", None: ""}
 
@@ -64,6 +70,7 @@ def table(results: Sequence[LoadResult]) -> str:
         "RabbitMQ µs/msg",
         "proxy ÷ RabbitMQ msg/s",
         "Pulsar µs/msg ÷ pulsar-perf",
+        "same, at the proxy's msg/s",
         "p99 ÷ RabbitMQ",
         "p50 - pulsar-perf ms",
     ]
@@ -92,6 +99,7 @@ def table(results: Sequence[LoadResult]) -> str:
             row += [
                 _ratio_cell(values[THROUGHPUT], THROUGHPUT, r.scenario),
                 _ratio_cell(values[PULSAR_CPU], PULSAR_CPU, r.scenario),
+                _ratio_cell(values[PULSAR_CPU_MATCHED], PULSAR_CPU_MATCHED, r.scenario),
                 _ratio_cell(values[TAIL_LATENCY], TAIL_LATENCY, r.scenario),
                 _judged(
                     values[ADDED_LATENCY],
@@ -101,7 +109,7 @@ def table(results: Sequence[LoadResult]) -> str:
                 ),
             ]
         else:
-            row += ["", "", "", ""]
+            row += ["", "", "", "", ""]
         rows.append(row)
     return _markdown(rows)
 

@@ -6,7 +6,9 @@ rows compared with each other were taken under the same conditions:
 - proxy: RabbitMQ PerfTest against the proxy; CPU of the proxy (every worker) and of the
   Pulsar behind it, the proxy's also split by thread;
 - rabbitmq: the same PerfTest command against the private RabbitMQ node; its CPU;
-- pulsar: ``pulsar-perf produce`` + ``consume`` against the same Pulsar; its CPU.
+- pulsar: ``pulsar-perf produce`` + ``consume`` against the same Pulsar; its CPU;
+- pulsar-matched (saturated scenarios, with proxy and pulsar): ``pulsar-perf`` again at the
+  rate the proxy reached, since Pulsar's CPU per message falls as its rate rises.
 
 PerfTest: 1 KiB persistent messages, confirm window 100 (``-c 100``), multi-ack every 50
 (``-A 50``), prefetch 200 (``-q 200``), one producer and one consumer per queue. Each
@@ -23,7 +25,14 @@ from typing import Any
 
 from starlight_py.bench.cpu import CpuMeter
 from starlight_py.bench.infra import BenchError, say
-from starlight_py.bench.load_result import SCENARIOS, TARGET_TOOLS, LoadResult, Scenario
+from starlight_py.bench.load_result import (
+    MATCHED,
+    ROW_TOOLS,
+    SCENARIOS,
+    TARGET_TOOLS,
+    LoadResult,
+    Scenario,
+)
 from starlight_py.bench.perftest import PerfTestSpec, run_perftest
 from starlight_py.bench.pulsar_perf import (
     REPORT_INTERVAL_S,
@@ -65,6 +74,7 @@ class SuiteServers:
             "proxy": {"proxy": self.proxy_pid, "pulsar": self.pulsar_pid},
             "rabbitmq": {"rabbitmq": self.rabbitmq_pid},
             "pulsar": {"pulsar": self.pulsar_pid},
+            MATCHED: {"pulsar": self.pulsar_pid},
         }[target]
         return {name: pid for name, pid in roots.items() if pid is not None}
 
@@ -81,8 +91,16 @@ class SuiteSettings:
 
 
 def plan(scenarios: Sequence[str], targets: Sequence[str]) -> list[tuple[Scenario, str]]:
-    """The cases in the order they run: scenario by scenario, targets in table order."""
-    return [(SCENARIOS[s], t) for s in scenarios for t in TARGETS if t in targets]
+    """The cases in the order they run: scenario by scenario, targets in table order, and
+    pulsar-perf at the proxy's rate after them in saturated scenarios."""
+    matched = "proxy" in targets and "pulsar" in targets
+    cases = []
+    for name in scenarios:
+        scenario = SCENARIOS[name]
+        cases += [(scenario, t) for t in TARGETS if t in targets]
+        if matched and scenario.rate is None:
+            cases.append((scenario, MATCHED))
+    return cases
 
 
 def run_suite(
@@ -94,23 +112,41 @@ def run_suite(
     """Every case; failures are rows with status error or skipped. Raises nothing but
     KeyboardInterrupt."""
     cases = plan(scenarios, targets)
-    results = []
+    results: list[LoadResult] = []
     for index, (scenario, target) in enumerate(cases, 1):
-        tool = TARGET_TOOLS[target]
+        tool = ROW_TOOLS[target]
         result = LoadResult(scenario.name, target, tool, proxy_workers=servers.proxy_workers)
-        if not servers.available(target):
+        rate = _proxy_rate(scenario, results) if target == MATCHED else scenario.rate
+        if target == MATCHED and rate is None:
+            result.status, result.detail = "skipped", "the proxy row has no rate to match"
+        elif not servers.available(target):
             result.status, result.detail = "skipped", f"{target} is not running"
         elif target == "proxy" and servers.proxy_alive and not servers.proxy_alive():
             result.status, result.detail = "skipped", "the proxy has exited"
         else:
             say(f"[{index}/{len(cases)}] {scenario.name} against {target} with {tool}")
             try:
-                _run_case(scenario, target, servers, settings, index, result)
+                _run_case(
+                    Scenario(scenario.name, scenario.pairs, rate),
+                    target,
+                    servers,
+                    settings,
+                    index,
+                    result,
+                )
             except BenchError as e:
                 result.status, result.detail = "error", str(e)
         _say_result(result)
         results.append(result)
     return results
+
+
+def _proxy_rate(scenario: Scenario, results: Sequence[LoadResult]) -> float | None:
+    """What the proxy consumed per second in this scenario, for pulsar-perf to match."""
+    for r in results:
+        if r.scenario == scenario.name and r.target == "proxy" and r.ok and r.received_per_s:
+            return r.received_per_s
+    return None
 
 
 @dataclass(frozen=True)
@@ -134,7 +170,7 @@ def _run_case(
     name = f"{index:02d}-{scenario.name}-{target}"
     log_dir = settings.work_dir / "java-cases" / name
     meter = CpuMeter(servers.cpu_roots(target), split="proxy" if target == "proxy" else None)
-    if target == "pulsar":
+    if target in ("pulsar", MATCHED):
         outcome = _pulsar_perf(scenario, servers, settings, name, meter, log_dir)
     else:
         outcome = _perftest(scenario, target, servers, settings, name, meter, log_dir)

@@ -27,6 +27,12 @@ SCENARIOS: dict[str, Scenario] = {
 # Table order, and the tool that drives each target.
 TARGET_TOOLS = {"proxy": "PerfTest", "rabbitmq": "PerfTest", "pulsar": "pulsar-perf"}
 
+# pulsar-perf again, at the rate the proxy reached in the same scenario (saturated scenarios
+# only, when proxy and pulsar are both measured): Pulsar's CPU per message depends on the
+# rate, so Pulsar's work behind the proxy is also compared with its work at that rate.
+MATCHED = "pulsar-matched"
+ROW_TOOLS = {**TARGET_TOOLS, MATCHED: "pulsar-perf"}
+
 
 @dataclass
 class LoadResult:

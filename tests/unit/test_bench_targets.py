@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from starlight_py.bench import java_report
-from starlight_py.bench.load_result import LoadResult
+from starlight_py.bench.java_suite import TARGETS, SuiteServers, SuiteSettings, plan, run_suite
+from starlight_py.bench.load_result import MATCHED, SCENARIOS, LoadResult
 from starlight_py.bench.targets import (
     ADDED_LATENCY,
     PROXY_CPU,
     PULSAR_CPU,
+    PULSAR_CPU_MATCHED,
     TAIL_LATENCY,
     THROUGHPUT,
     figures,
@@ -26,7 +30,7 @@ def row(
     cpu: dict[str, float],
     status: str = "ok",
 ) -> LoadResult:
-    tool = "pulsar-perf" if target == "pulsar" else "PerfTest"
+    tool = "pulsar-perf" if target in ("pulsar", MATCHED) else "PerfTest"
     return LoadResult(
         scenario,
         target,
@@ -44,6 +48,7 @@ RESULTS = [
     row("1p1c", "proxy", 12_000, 3.0, 20.0, {"proxy": 30.0, "pulsar": 45.0}),
     row("1p1c", "rabbitmq", 10_000, 2.0, 8.0, {"rabbitmq": 40.0}),
     row("1p1c", "pulsar", 50_000, 9.0, 16.0, {"pulsar": 20.0}),
+    row("1p1c", MATCHED, 12_000, 8.0, 14.0, {"pulsar": 36.0}),
     row("4p4c", "proxy", 5_000, 50.0, 200.0, {"proxy": 80.0, "pulsar": 60.0}),
     row("4p4c", "rabbitmq", 18_000, 8.0, 120.0, {"rabbitmq": 42.0}),
     row("4p4c", "pulsar", 0, 0, 0, {}, status="error"),
@@ -66,6 +71,7 @@ def test_figures_of_a_saturated_scenario() -> None:
         THROUGHPUT: 1.2,
         PROXY_CPU: 30.0,
         PULSAR_CPU: 2.25,  # 45 µs behind the proxy, 20 behind pulsar-perf
+        PULSAR_CPU_MATCHED: 1.25,  # 36 behind pulsar-perf at the proxy's 12,000 msg/s
         TAIL_LATENCY: 2.5,
         ADDED_LATENCY: -6.0,
     }
@@ -91,6 +97,9 @@ def test_verdicts() -> None:
     assert judged[PROXY_CPU, "1p1c-300"].met is False  # 700 > 150
     assert judged[PULSAR_CPU, "1p1c"].met is False  # 2.25 > 1.5
     assert judged[PULSAR_CPU, "4p4c"].met is None
+    assert judged[PULSAR_CPU_MATCHED, "1p1c"].met is True  # 1.25 <= 1.5
+    assert judged[PULSAR_CPU_MATCHED, "4p4c"].met is None  # no row at the proxy's rate
+    assert (PULSAR_CPU_MATCHED, "1p1c-300") not in judged  # the pulsar row is at that rate
     assert judged[PULSAR_CPU, "4p4c"].label() == "not measured"
     assert judged[PULSAR_CPU, "1p1c-300"].value == 1.358
     assert judged[PULSAR_CPU, "1p1c-300"].met is True
@@ -127,7 +136,11 @@ def test_the_table_marks_targets_on_the_proxy_rows() -> None:
     assert cells[6] == "30.0 ✓"  # proxy µs/msg
     assert cells[9] == "1.20x ✓"  # proxy ÷ RabbitMQ
     assert cells[10] == "2.25x ✗"  # Pulsar behind the proxy ÷ pulsar-perf
-    assert cells[11] == "2.50x"  # p99 ratio: no target at saturation
+    assert cells[11] == "1.25x ✓"  # the same at the proxy's msg/s
+    assert cells[12] == "2.50x"  # p99 ratio: no target at saturation
+    matched = next(line for line in lines if "Pulsar at the proxy's msg/s (pulsar-perf)" in line)
+    assert matched.startswith("| 1p1c ")
+    assert lines.index(matched) == lines.index(proxy_1p1c) + 3  # after the pulsar row
     failed = next(line for line in lines if "4p4c " in line and "pulsar-perf" in line)
     assert "| error " in failed
 
@@ -161,3 +174,29 @@ def test_long_failure_details_are_cut() -> None:
         "l28",
         "l29",
     ]
+
+
+def test_pulsar_perf_runs_again_at_the_proxys_rate_in_saturated_scenarios() -> None:
+    cases = [(scenario.name, target) for scenario, target in plan(["1p1c", "1p1c-300"], TARGETS)]
+    assert cases == [
+        ("1p1c", "proxy"),
+        ("1p1c", "rabbitmq"),
+        ("1p1c", "pulsar"),
+        ("1p1c", MATCHED),
+        ("1p1c-300", "proxy"),
+        ("1p1c-300", "rabbitmq"),
+        ("1p1c-300", "pulsar"),
+    ]
+    assert (SCENARIOS["1p1c"], MATCHED) not in plan(["1p1c"], ("proxy", "rabbitmq"))
+    assert (SCENARIOS["1p1c"], MATCHED) not in plan(["1p1c"], ("pulsar",))
+
+
+def test_without_a_proxy_rate_the_matched_row_is_skipped(tmp_path: Path) -> None:
+    settings = SuiteSettings(1, 1, "run", tmp_path, ["false"], tmp_path)
+    results = run_suite(["1p1c"], ("proxy", "pulsar"), SuiteServers(), settings)
+    assert [(r.target, r.status) for r in results] == [
+        ("proxy", "skipped"),
+        ("pulsar", "skipped"),
+        (MATCHED, "skipped"),
+    ]
+    assert results[2].detail == "the proxy row has no rate to match"
