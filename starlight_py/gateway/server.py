@@ -20,6 +20,7 @@ from starlight_py import __version__
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import ConnectionForced, InternalError
 from starlight_py.auth.authenticator import Authenticator, build_authenticator
+from starlight_py.backend.batching_support import batching_refusal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.cluster.cleaner import SubscriptionCleaner
@@ -397,7 +398,7 @@ async def serve(
         TopicName(NamespaceName(config.default_tenant, config.default_namespace), "starlight")
     )
     if config.producer_batching:
-        await trio.to_thread.run_sync(_check_batch_index_acks, services)
+        await trio.to_thread.run_sync(_check_batching, services)
     services.cache.on_change(services.topology_changed)
     try:
         await _connect_metadata(services.zookeeper, shutdown)
@@ -507,53 +508,19 @@ async def _proxy_header(
         return None
 
 
-BATCH_INDEX_ACKS = "acknowledgmentAtBatchIndexLevelEnabled"
-
-
-def _check_batch_index_acks(services: ProxyServices) -> None:
-    """pulsarProducerBatching needs brokers that acknowledge a batch's messages one by one:
-    without it, acknowledging one message of a batch is not recorded at all until every
-    message of the batch is. Batching is turned off unless the broker says it has it."""
-    try:
-        value = services.topology.admin.broker_setting(BATCH_INDEX_ACKS)
-    except (PulsarAdminError, BackendUnavailable) as e:
-        log.error(
-            "pulsarProducerBatching is on but the broker's %s cannot be read (%s): batching "
-            "turned off (the proxy's Pulsar role needs to read the broker configuration)",
-            BATCH_INDEX_ACKS,
-            e,
-        )
-        services.backend.batching = False
+def _check_batching(services: ProxyServices) -> None:
+    """pulsarProducerBatching is used only with brokers that keep RabbitMQ's semantics exact
+    with batch entries (backend/batching_support.py); otherwise it is turned off."""
+    reason = batching_refusal(services.topology.admin)
+    if reason is None:
+        log.info("pulsarProducerBatching: on, queue counts in messages (the brokers' plugin)")
         return
-    if value != "true":
-        log.error(
-            "pulsarProducerBatching is on but the broker has %s=%s: batching turned off "
-            "(set it to true on every broker, see docs/operations.md)",
-            BATCH_INDEX_ACKS,
-            value,
-        )
-        services.backend.batching = False
-        return
-    _use_message_backlogs(services.topology.admin)
-
-
-def _use_message_backlogs(admin: PulsarAdmin) -> None:
-    """With batching, a Pulsar entry holds many messages and its stats count entries:
-    counts come from the brokers' starlight-backlog plugin when they have it."""
-    try:
-        found = admin.has_message_backlogs()
-    except BackendUnavailable as e:
-        found = False
-        log.warning("cannot ask the broker for the backlog plugin: %s", e)
-    admin.message_backlogs = found
-    if found:
-        log.info("pulsarProducerBatching: queue counts in messages (the brokers' backlog plugin)")
-    else:
-        log.warning(
-            "pulsarProducerBatching is on but the brokers lack the starlight-backlog plugin: "
-            "queue counts are Pulsar's, in entries (a batch counts as one message until it "
-            "is all acknowledged; docs/operations.md#what-pulsar-needs)"
-        )
+    log.error(
+        "pulsarProducerBatching is on but %s: batching turned off (docs/operations.md#what-"
+        "pulsar-needs)",
+        reason,
+    )
+    services.backend.batching = False
 
 
 async def _in_thread_until_cancelled(call: Callable[[], object]) -> None:

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from starlight_py.backend.batching_support import BATCH_INDEX_ACKS, batching_refusal
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.local.backlog_plugin import (
     INDEX_INTERCEPTOR,
@@ -78,10 +79,16 @@ class Broker(BaseHTTPRequestHandler):
 
     plugin: dict[str, int] | None = None
     plugin_status = 200
+    settings: dict[str, str] | None = None  # the runtime configuration (None: 403)
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
-        if url.path.endswith("/stats"):
+        if url.path == "/admin/v2/brokers/configuration/runtime":
+            if self.settings is None:
+                self.answer(403, {"reason": "Only super-user can access this"})
+            else:
+                self.answer(200, self.settings)
+        elif url.path.endswith("/stats"):
             self.answer(200, {"subscriptions": {"q1": {"msgBacklog": 2}, "q2": {"msgBacklog": 1}}})
         elif url.path == "/starlight/backlog" and self.plugin is not None:
             topic = parse_qs(url.query).get("topic", [""])[0]
@@ -182,3 +189,23 @@ def test_a_broker_starts_without_the_plugin_when_it_cannot_be_built(tmp_path: Pa
     assert len(said) == 1
     assert "without the starlight-backlog plugin" in said[0]
     assert "not an unpacked Apache Pulsar binary distribution" in said[0]
+
+
+def test_batching_needs_batch_index_acks_and_the_plugin(
+    broker: tuple[type[Broker], str],
+) -> None:
+    handler, url = broker
+    admin = PulsarAdmin(url, timeout=2)
+    refusal = batching_refusal(admin)
+    assert refusal is not None and "cannot be read" in refusal  # 403: not a super-user
+    handler.settings = {BATCH_INDEX_ACKS: "false"}
+    assert batching_refusal(admin) == (
+        f"the broker has {BATCH_INDEX_ACKS}=false (set it to true on every broker)"
+    )
+    handler.settings = {BATCH_INDEX_ACKS: "true"}
+    refusal = batching_refusal(admin)
+    assert refusal is not None and "lack the starlight-backlog plugin" in refusal
+    assert admin.message_backlogs is False
+    handler.plugin = {}
+    assert batching_refusal(admin) is None
+    assert admin.message_backlogs is True  # counts through the plugin from now on
