@@ -30,6 +30,19 @@ def handshake_with_capabilities(client: RawClient) -> None:
     client.read_method()
 
 
+def _publishes(queue: str, count: int) -> bytes:
+    frames = []
+    for _ in range(count):
+        frames.append(
+            pamqp_frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+        )
+        frames.append(
+            pamqp_frame.marshal(pamqp_header.ContentHeader(0, 4, commands.Basic.Properties()), 1)
+        )
+        frames.append(b"\x03\x00\x01\x00\x00\x00\x04data\xce")
+    return b"".join(frames)
+
+
 def test_full_producer_queue_blocks_then_unblocks_and_loses_nothing(
     start_proxy: ProxyFactory,
 ) -> None:
@@ -43,16 +56,7 @@ def test_full_producer_queue_blocks_then_unblocks_and_loses_nothing(
     client.send_method(1, commands.Confirm.Select())
     client.read_method()
     count = 60
-    frames = []
-    for _ in range(count):
-        frames.append(
-            pamqp_frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
-        )
-        frames.append(
-            pamqp_frame.marshal(pamqp_header.ContentHeader(0, 4, commands.Basic.Properties()), 1)
-        )
-        frames.append(b"\x03\x00\x01\x00\x00\x00\x04data\xce")
-    client.send(b"".join(frames))  # as fast as the socket takes it
+    client.send(_publishes(queue, count))  # as fast as the socket takes it
     acked: set[int] = set()
     seen: list[str] = []
     while len(acked) < count:
@@ -76,19 +80,6 @@ def test_full_producer_queue_blocks_then_unblocks_and_loses_nothing(
     _, declare_ok = client.read_method()
     assert declare_ok.message_count == count
     client.close()
-
-
-def _publishes(queue: str, count: int) -> bytes:
-    frames = []
-    for _ in range(count):
-        frames.append(
-            pamqp_frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
-        )
-        frames.append(
-            pamqp_frame.marshal(pamqp_header.ContentHeader(0, 4, commands.Basic.Properties()), 1)
-        )
-        frames.append(b"\x03\x00\x01\x00\x00\x00\x04data\xce")
-    return b"".join(frames)
 
 
 def test_connections_gone_before_their_publishes_are_stored_leave_the_producer_its_room(
