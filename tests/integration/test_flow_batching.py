@@ -304,6 +304,17 @@ def test_a_burst_with_message_ttls_in_a_queue_nobody_reads_is_dead_lettered_whol
     assert ready_count(channel, waiting) == 0
 
 
+def prefetch_one_workers(channels: list[BlockingChannel], queue: str) -> list[Deliveries]:
+    """A prefetch-1 consumer of `queue` on each channel; each acknowledges nothing itself."""
+    received = []
+    for worker in channels:
+        deliveries = Deliveries()
+        worker.basic_qos(prefetch_count=1)
+        worker.basic_consume(queue, deliveries)
+        received.append(deliveries)
+    return received
+
+
 def test_a_burst_is_spread_over_competing_consumers(
     batching_proxy: ProxyThread, created: Created
 ) -> None:
@@ -317,12 +328,7 @@ def test_a_burst_is_spread_over_competing_consumers(
         channels = [connection.channel() for connection in connections]
         queue = created.queue("shared")
         channels[0].queue_declare(queue)
-        received: list[Deliveries] = []
-        for worker in channels:
-            deliveries = Deliveries()
-            worker.basic_qos(prefetch_count=1)
-            worker.basic_consume(queue, deliveries)
-            received.append(deliveries)
+        received = prefetch_one_workers(channels, queue)
         time.sleep(0.5)  # every proxy's cache hears of the second consumer
         publish_burst(batching_proxy, queue)
         pump(connections, lambda: all(len(d) == 1 for d in received), settle=0.5)
@@ -405,12 +411,7 @@ def test_a_backlog_published_before_any_consumer_is_spread_over_those_that_come(
         channels[0].queue_declare(queue)
         publish_burst(batching_proxy, queue)
         assert stored_entries(services, queue) == BURST
-        received: list[Deliveries] = []
-        for worker in channels:
-            deliveries = Deliveries()
-            worker.basic_qos(prefetch_count=1)
-            worker.basic_consume(queue, deliveries)
-            received.append(deliveries)
+        received = prefetch_one_workers(channels, queue)
         pump(connections, lambda: all(len(d) == 1 for d in received), settle=0.5)
         assert [len(d) for d in received] == [1, 1]  # one each: prefetch 1, nothing acked
         # The eight others are waiting in the queue for whichever acknowledges first.
