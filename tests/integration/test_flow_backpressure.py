@@ -30,6 +30,14 @@ def handshake_with_capabilities(client: RawClient) -> None:
     client.read_method()
 
 
+def open_client(port: int) -> RawClient:
+    """A connection (connection.blocked capability) with channel 1 open."""
+    client = RawClient("127.0.0.1", port)
+    handshake_with_capabilities(client)
+    client.open_channel(1)
+    return client
+
+
 def _publishes(queue: str, count: int) -> bytes:
     frames = []
     for _ in range(count):
@@ -48,9 +56,7 @@ def test_full_producer_queue_blocks_then_unblocks_and_loses_nothing(
 ) -> None:
     proxy = start_proxy(pulsarProducerMaxPendingMessages="1")
     queue = f"bp-{uuid.uuid4().hex[:8]}"
-    client = RawClient("127.0.0.1", proxy.port)
-    handshake_with_capabilities(client)
-    client.open_channel(1)
+    client = open_client(proxy.port)
     client.send_method(1, commands.Queue.Declare(queue=queue, exclusive=True))
     client.read_method()
     client.send_method(1, commands.Confirm.Select())
@@ -92,21 +98,15 @@ def test_connections_gone_before_their_publishes_are_stored_leave_the_producer_i
     blocked for good."""
     proxy = start_proxy(pulsarProducerMaxPendingMessages="12")
     queue = f"bp-gone-{uuid.uuid4().hex[:8]}"
-    setup = RawClient("127.0.0.1", proxy.port)
-    handshake_with_capabilities(setup)
-    setup.open_channel(1)
+    setup = open_client(proxy.port)
     setup.send_method(1, commands.Queue.Declare(queue=queue, auto_delete=False))
     setup.read_method()
     rounds, each = 8, 5
     for _ in range(rounds):
-        client = RawClient("127.0.0.1", proxy.port)
-        handshake_with_capabilities(client)
-        client.open_channel(1)
+        client = open_client(proxy.port)
         client.send(_publishes(queue, each))
         client.close()  # no connection.close, no waiting for anything
-    last = RawClient("127.0.0.1", proxy.port)
-    handshake_with_capabilities(last)
-    last.open_channel(1)
+    last = open_client(proxy.port)
     last.send_method(1, commands.Confirm.Select())
     last.read_method()
     last.send(_publishes(queue, 1))

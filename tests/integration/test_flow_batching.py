@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pika
 import pytest
 from pamqp import commands
-from pika.adapters.blocking_connection import BlockingChannel
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.local.external import ServiceEndpoints
@@ -304,6 +304,18 @@ def test_a_burst_with_message_ttls_in_a_queue_nobody_reads_is_dead_lettered_whol
     assert ready_count(channel, waiting) == 0
 
 
+@contextlib.contextmanager
+def two_connections(proxy: ProxyThread) -> Iterator[list[BlockingConnection]]:
+    """Two client connections (two workers), closed when the block ends."""
+    connections = [pika.BlockingConnection(pika.URLParameters(proxy.amqp_url())) for _ in range(2)]
+    try:
+        yield connections
+    finally:
+        for connection in connections:
+            if connection.is_open:
+                connection.close()
+
+
 def prefetch_one_workers(channels: list[BlockingChannel], queue: str) -> list[Deliveries]:
     """A prefetch-1 consumer of `queue` on each channel; each acknowledges nothing itself."""
     received = []
@@ -321,10 +333,7 @@ def test_a_burst_is_spread_over_competing_consumers(
     """Two consumers with prefetch 1 on one queue: a burst published in one read reaches
     both, as RabbitMQ round-robins it. Pulsar hands a batch entry to one consumer whole, so
     a publish to a queue with competing consumers goes in an entry of its own."""
-    connections = [
-        pika.BlockingConnection(pika.URLParameters(batching_proxy.amqp_url())) for _ in range(2)
-    ]
-    try:
+    with two_connections(batching_proxy) as connections:
         channels = [connection.channel() for connection in connections]
         queue = created.queue("shared")
         channels[0].queue_declare(queue)
@@ -345,10 +354,6 @@ def test_a_burst_is_spread_over_competing_consumers(
         bodies = sorted(body for d in received for body in d.bodies)
         assert bodies == sorted(f"m{i}".encode() for i in range(BURST))
         assert all(len(d) >= 2 for d in received)  # both kept working through the burst
-    finally:
-        for connection in connections:
-            if connection.is_open:
-                connection.close()
 
 
 def test_a_message_too_large_for_a_batch_is_chunked_in_its_place(
@@ -402,10 +407,7 @@ def test_a_backlog_published_before_any_consumer_is_spread_over_those_that_come(
     hands an entry to one consumer whole, so a batched backlog would reach the first of
     two prefetch-1 workers whole while the second got nothing (as it did: [1, 0] and the
     first worker held the other nine)."""
-    connections = [
-        pika.BlockingConnection(pika.URLParameters(batching_proxy.amqp_url())) for _ in range(2)
-    ]
-    try:
+    with two_connections(batching_proxy) as connections:
         channels = [connection.channel() for connection in connections]
         queue = created.queue("backlog")
         channels[0].queue_declare(queue)
@@ -416,7 +418,3 @@ def test_a_backlog_published_before_any_consumer_is_spread_over_those_that_come(
         assert [len(d) for d in received] == [1, 1]  # one each: prefetch 1, nothing acked
         # The eight others are waiting in the queue for whichever acknowledges first.
         assert channels[0].queue_declare(queue, passive=True).method.message_count == BURST - 2
-    finally:
-        for connection in connections:
-            if connection.is_open:
-                connection.close()
