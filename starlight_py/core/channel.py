@@ -275,6 +275,12 @@ class Channel:
                 else:
                     consumer.refilling[rank] = now
                     del consumer.expected[rank]
+        # RabbitMQ hands a new consumer every band's ready messages in one go, so a client
+        # that cancels after its first delivery has had them all (kombu's
+        # test_publish_requeue_consume): the first deliveries wait for the bands' known
+        # messages, which Pulsar sends each band's subscription at its own moment.
+        if any(left > 0 for left in consumer.expected.values()):
+            consumer.first_until = now + BAND_FIRST_WAIT
         self._drain(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -417,12 +423,18 @@ class Channel:
         """Whether to hold back the waiting message because a higher band ran empty less
         than BAND_REFILL_WAIT ago (Pulsar sends a band's next message only once the previous
         was taken, and that round trip must not let a lower band's message overtake it), or
-        its first messages have not come yet (BAND_FIRST_WAIT). Asks for a later drain when
-        holding back."""
+        its first messages have not come yet (BAND_FIRST_WAIT), or, for a new consumer, any
+        band's known messages have not all come (BAND_FIRST_WAIT). Asks for a later drain
+        when holding back."""
         top = consumer.pending.top_rank()
         if top is None:
             return False
         now = self.clock()
+        if consumer.first_until:
+            if now < consumer.first_until and self._known_messages_missing(consumer):
+                self._drain_later(consumer, consumer.first_until - now)
+                return True
+            consumer.first_until = 0.0
         until = max(
             (
                 deadline
@@ -433,10 +445,23 @@ class Channel:
         )
         if until is None:
             return False
+        self._drain_later(consumer, until - now)
+        return True
+
+    def _drain_later(self, consumer: Consumer, delay: float) -> None:
         if not consumer.wake_pending:
             consumer.wake_pending = True
-            self._commands.append(DrainLater(consumer, until - now))
-        return True
+            self._commands.append(DrainLater(consumer, delay))
+
+    @staticmethod
+    def _known_messages_missing(consumer: Consumer) -> bool:
+        """Whether a band still waits for messages it had when the consumer subscribed
+        (as many as it reads ahead at most)."""
+        limit = max(1, consumer.prefetch or UNLIMITED_READ_AHEAD)
+        pending = consumer.pending
+        return any(
+            left > 0 and pending.count(rank) < limit for rank, left in consumer.expected.items()
+        )
 
     # ---- settling deliveries ---------------------------------------------------------------
 

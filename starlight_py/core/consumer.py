@@ -47,6 +47,7 @@ class Consumer:
         "encoded_tag",
         "exclusive",
         "expected",
+        "first_until",
         "link",
         "no_ack",
         "pending",
@@ -80,6 +81,9 @@ class Consumer:
         # Bands whose backlog was known when the consumer subscribed to them: rank -> how
         # many of those messages have not arrived yet (0: all came, or none were there).
         self.expected: dict[int, int] = {}
+        # Until when a new consumer of a priority queue delivers nothing while a band's
+        # known messages are still on their way (0.0: its first deliveries went out).
+        self.first_until = 0.0
         # What the gateway was last told: reading or not, per band (None: every subscription).
         self.reading: dict[int | None, bool] = {}
         self.wake_pending = False

@@ -208,7 +208,11 @@ class Consumers:
         backlog, so that a lower band waits for a higher band's messages."""
         banded = [s for s in sets if rank(s) > 0]
         stats = await self.sources.subscription_stats(banded) if banded else {}
-        backlogs = {subscription: found.backlog for subscription, found in stats.items()}
+        # What the band can send this consumer: its backlog less what other consumers hold.
+        backlogs = {
+            subscription: max(0, found.backlog - found.unacked)
+            for subscription, found in stats.items()
+        }
         if len(sets) == 1:
             await self.subscribe(link, sets[0], backlogs.get(sets[0].subscription))
             return

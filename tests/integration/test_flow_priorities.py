@@ -262,3 +262,50 @@ def test_priorities_above_ten_share_bands(
     queue = declare(channel, created, max_priority=255)
     publish(channel, "", queue, [(b"p30", 30), (b"p40", 40), (b"p200", 200), (b"p0", None)])
     assert drain(channel, queue, 4) == [b"p200", b"p30", b"p40", b"p0"]
+
+
+def test_a_new_consumer_has_every_band_before_the_cancel_ok_of_its_first_delivery(
+    broker: Broker, created: Created
+) -> None:
+    """RabbitMQ hands a new consumer of a priority queue every ready message at once, so a
+    client that cancels at its first delivery has had them all by cancel-ok, requeued ones
+    included (kombu's test_publish_requeue_consume does this). The proxy's bands are
+    subscriptions that Pulsar serves each at its own moment: a new consumer's first
+    deliveries wait for every band's known messages."""
+    name = created.queue("one-go")
+    with kombu.Connection(broker.url(), transport_options={"confirm_publish": True}) as conn:
+        channel = conn.default_channel
+        channel.queue_declare(
+            name, durable=True, auto_delete=False, arguments={"x-max-priority": 10}
+        )
+
+        def publish_one(body: bytes, priority: int) -> None:
+            message = channel.prepare_message(body, priority, properties={"delivery_mode": 2})
+            channel.basic_publish(message, exchange="", routing_key=name)
+
+        def consume_then_cancel() -> list[tuple[bytes, int]]:
+            received: list[tuple[bytes, int]] = []
+            tag = channel.basic_consume(
+                name,
+                callback=lambda m: received.append((m.body, m.delivery_info["delivery_tag"])),
+            )
+            deadline = time.monotonic() + 10
+            while not received and time.monotonic() < deadline:
+                conn.drain_events(timeout=deadline - time.monotonic())
+            # Deliveries that come before the cancel-ok still reach the callback.
+            channel.basic_cancel(tag)
+            return received
+
+        for body, priority in [(b"first", 3), (b"second", 6), (b"third", 3)]:
+            publish_one(body, priority)
+        with pika.BlockingConnection(pika.URLParameters(broker.url())) as counting:
+            assert wait_for_count(counting.channel(), name, 3) == 3
+        first = consume_then_cancel()
+        assert [body for body, _ in first] == [b"second", b"first", b"third"]
+        for _, tag in first:
+            channel.basic_reject(tag, requeue=True)
+        publish_one(b"fourth", 9)
+        with pika.BlockingConnection(pika.URLParameters(broker.url())) as counting:
+            assert wait_for_count(counting.channel(), name, 4, timeout=10) == 4
+        second = consume_then_cancel()
+        assert [body for body, _ in second] == [b"fourth", b"second", b"first", b"third"]

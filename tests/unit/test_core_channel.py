@@ -368,10 +368,57 @@ def test_a_band_that_had_messages_is_waited_for_longer_at_the_start() -> None:
     assert wire.take() == []
     assert ch.take_commands()[-1] == DrainLater(consumer, pytest.approx(BAND_FIRST_WAIT - 0.1))
     ch.messages_arrived(consumer, [(3, Source("high"))])
-    assert wire.take() == deliver(1, b"high")
+    assert wire.take() == []  # four of band 1's messages, and band 3's second, still to come
     clock.now += BAND_FIRST_WAIT
     ch.drain(consumer)
+    # The wait for the first messages is over: what came goes, highest band first (then
+    # band 3's second message is waited for as any band's next one is).
+    assert wire.take() == deliver(1, b"high")
+    clock.now += BAND_REFILL_WAIT * 1.01
+    ch.drain(consumer)
     assert wire.take() == deliver(2, b"low")
+
+
+def test_a_new_consumer_gets_every_bands_known_messages_in_one_go() -> None:
+    # RabbitMQ hands a new consumer of a priority queue all its ready messages at once, so
+    # a client that cancels after its first delivery has had them all before cancel-ok
+    # (kombu's test_publish_requeue_consume); Pulsar sends each band's at its own moment.
+    clock = Clock()
+    ch, wire = new_channel(clock)
+    consumer = ch.add_consumer("c1", "q", False, False)
+    ch.reads_band(consumer, 10, backlog=1)
+    ch.reads_band(consumer, 7, backlog=1)
+    ch.reads_band(consumer, 4, backlog=2)
+    ch.start_consumer(consumer, nowait=True)
+    ch.messages_arrived(consumer, [(10, Source("fourth"))])
+    assert wire.take() == []
+    ch.messages_arrived(consumer, [(7, Source("second")), (4, Source("first"))])
+    assert wire.take() == []  # band 4's second message is still on its way
+    ch.messages_arrived(consumer, [(4, Source("third"))])
+    assert wire.take() == [
+        *deliver(1, b"fourth"),
+        *deliver(2, b"second"),
+        *deliver(3, b"first"),
+        *deliver(4, b"third"),
+    ]
+    # Later messages are not held for the others: the first deliveries are done.
+    ch.messages_arrived(consumer, [(10, Source("fifth"))])
+    assert wire.take() == deliver(5, b"fifth")
+
+
+def test_a_new_consumer_waits_for_no_more_known_messages_than_it_reads_ahead() -> None:
+    clock = Clock()
+    ch, wire = new_channel(clock)
+    ch.qos(2, False)
+    wire.take()  # qos-ok
+    consumer = ch.add_consumer("c1", "q", False, False)
+    ch.reads_band(consumer, 2, backlog=1)
+    ch.reads_band(consumer, 1, backlog=500)
+    ch.start_consumer(consumer, nowait=True)
+    ch.messages_arrived(consumer, [(2, Source("high")), (1, Source("low1"))])
+    assert wire.take() == []
+    ch.messages_arrived(consumer, [(1, Source("low2"))])  # band 1 reads 2 ahead: enough
+    assert wire.take() == deliver(1, b"high") + deliver(2, b"low1")
 
 
 def test_bands_whose_known_messages_all_came_hold_nothing_back() -> None:
