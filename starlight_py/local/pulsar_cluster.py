@@ -36,6 +36,7 @@ from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.ports import LOOPBACK, ensure_port_free, free_port
 from starlight_py.local.process import LogScanner, ServerProcess
 from starlight_py.local.pulsar import (
+    NEW_ENTRIES_CHECK_DELAY_MS,
     PULSAR_JVM_OPENS,
     READY_LOG_LINE,
     default_namespace_listed,
@@ -57,6 +58,8 @@ BROKER_SETTINGS_THE_PROXY_NEEDS = {
     "acknowledgmentAtBatchIndexLevelEnabled": "true",
     "statsUpdateFrequencyInSecs": "5",
     "statsUpdateInitialDelayInSecs": "5",
+    # Not needed, but what the local standalone does for latency (see pulsar.py).
+    "managedLedgerNewEntriesCheckDelayInMillis": NEW_ENTRIES_CHECK_DELAY_MS,
 }
 
 
