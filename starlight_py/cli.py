@@ -132,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     standalone.add_argument("--config", type=Path, help="conf file for the proxy's other keys")
     _add_overrides(standalone)
+    standalone.add_argument(
+        "--pulsar-set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set one key of the Pulsar standalone's standalone.conf, over the distribution's "
+        "and starlight-py's values, e.g. --pulsar-set journalSyncData=true (repeatable)",
+    )
 
     plugin = commands.add_parser(
         "broker-plugin",
@@ -163,12 +171,12 @@ def _add_overrides(cmd: argparse.ArgumentParser) -> None:
     )
 
 
-def _overrides(pairs: Sequence[str]) -> dict[str, str]:
+def _overrides(pairs: Sequence[str], option: str = "--set") -> dict[str, str]:
     result = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep:
-            raise ConfigError(key, "--set takes KEY=VALUE")
+        if not sep or not key.strip():
+            raise ConfigError(key, f"{option} takes KEY=VALUE")
         result[key.strip()] = value
     return result
 
@@ -181,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = _overrides(args.set)
         if args.command == "standalone":
-            return _standalone(args, overrides)
+            return _standalone(args, overrides, _overrides(args.pulsar_set, "--pulsar-set"))
         if args.command == "config":
             return _config_command(args, overrides)
         config = load_config(args.config, os.environ, overrides)
@@ -338,7 +346,9 @@ def _create_default_user(config: StarlightConfig) -> None:
         zk.stop()
 
 
-def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
+def _standalone(
+    args: argparse.Namespace, overrides: dict[str, str], pulsar_settings: dict[str, str]
+) -> int:
     data_dir: Path = args.data_dir.resolve()
     settings = {
         "configurationStoreServers": f"127.0.0.1:{args.zookeeper_port}",
@@ -378,6 +388,7 @@ def _standalone(args: argparse.Namespace, overrides: dict[str, str]) -> int:
             args.pulsar_web_port,
             distribution=distribution,
             log=log.info,
+            extra_properties=pulsar_settings,
         )
         zookeeper.start()
         pulsar.start()

@@ -33,6 +33,7 @@ from starlight_py.bench.infra import (
     PulsarEndpoints,
     RssSampler,
     amqp_handshake,
+    pulsar_settings,
     say,
     start_proxy,
     start_pulsar,
@@ -144,7 +145,9 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
 
     endpoints: PulsarEndpoints | None = None
     if "proxy" in targets or "pulsar" in targets:
-        endpoints = start_pulsar(stack, work_dir, cluster=args.cluster)
+        endpoints = start_pulsar(
+            stack, work_dir, cluster=args.cluster, pulsar_settings=pulsar_settings(args.pulsar_set)
+        )
 
     if "rabbitmq" in targets and rabbit_url is not None:
         try:

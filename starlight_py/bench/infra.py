@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,9 +52,26 @@ class PulsarEndpoints:
     pulsar_pid: int | None  # None when the servers are someone else's (environment)
 
 
-def start_pulsar(stack: ExitStack, base: Path, cluster: bool = False) -> PulsarEndpoints:
+def pulsar_settings(pairs: Sequence[str]) -> dict[str, str]:
+    """``--pulsar-set KEY=VALUE`` pairs as a dict. Raises BenchError for a malformed one."""
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise BenchError(f"--pulsar-set takes KEY=VALUE, not {pair!r}")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def start_pulsar(
+    stack: ExitStack,
+    base: Path,
+    cluster: bool = False,
+    pulsar_settings: Mapping[str, str] | None = None,
+) -> PulsarEndpoints:
     """ZooKeeper + Pulsar standalone under ``base`` (``cluster``: 2 brokers and 3 bookies,
-    see :func:`start_pulsar_cluster`), or the STARLIGHT_* endpoints.
+    see :func:`start_pulsar_cluster`), or the STARLIGHT_* endpoints. ``pulsar_settings``
+    go into the standalone's standalone.conf over starlight-py's (not the cluster's).
 
     Raises BenchError.
     """
@@ -74,7 +91,12 @@ def start_pulsar(stack: ExitStack, base: Path, cluster: bool = False) -> PulsarE
         zookeeper.start()
         if cluster:
             return start_pulsar_cluster(stack, base, zookeeper.connect_string)
-        pulsar = PulsarStandalone(base / "pulsar", distribution=distribution, log=say)
+        pulsar = PulsarStandalone(
+            base / "pulsar",
+            distribution=distribution,
+            log=say,
+            extra_properties=pulsar_settings,
+        )
         stack.callback(_quietly, "Pulsar", pulsar.stop)
         pulsar.start()
     except LocalInfraError as e:

@@ -220,6 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra --set for the proxy (repeatable), e.g. logLevel=WARNING",
     )
     parser.add_argument(
+        "--pulsar-set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a key of the local Pulsar standalone's standalone.conf (repeatable), e.g. "
+        "managedLedgerNewEntriesCheckDelayInMillis=10: compare broker settings in one run's "
+        "conditions",
+    )
+    parser.add_argument(
         "--profile",
         choices=("cprofile", "py-spy"),
         help="profile the proxy: run it under cProfile (main thread), or attach py-spy "

@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from starlight_py.bench.infra import BenchError, pulsar_settings
 from starlight_py.bench.options import build_parser, resolve_suite_options
 
 
@@ -63,3 +64,14 @@ def test_bench_main_refuses_them_with_exit_code_2(capsys: pytest.CaptureFixture[
 
     assert main(["--scenarios", "1x1"]) == 2
     assert "--scenarios" in capsys.readouterr().err
+
+
+def test_pulsar_settings_are_key_value_pairs() -> None:
+    assert pulsar_settings([]) == {}
+    assert pulsar_settings(["journalSyncData=true", " a = b=c "]) == {
+        "journalSyncData": "true",
+        "a": "b=c",
+    }
+    for bad in ("journalSyncData", "=1"):
+        with pytest.raises(BenchError, match="KEY=VALUE"):
+            pulsar_settings([bad])

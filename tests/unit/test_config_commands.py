@@ -260,3 +260,14 @@ def test_config_commands_as_an_installed_user_runs_them(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert "logLevel" in bad.stderr
+
+
+def test_standalone_refuses_a_malformed_pulsar_setting_before_starting_anything(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(
+        ["standalone", "--data-dir", str(tmp_path), "--pulsar-set", "journalSyncData"], capsys
+    )
+    assert code == 2
+    assert "--pulsar-set takes KEY=VALUE" in err
+    assert list(tmp_path.iterdir()) == []
