@@ -167,6 +167,13 @@ class PeekedMessage:
         return self.batch or (self.properties,)
 
 
+# A topic whose bundle is moving (split, unloaded, its broker gone) has no owner for a
+# moment: Pulsar answers 412 "Can't find owner for topic" or 503. A read (GET) is asked
+# again for up to this long, waiting a little longer each time.
+MOVING_TOPIC_RETRY_SECONDS = 5.0
+_MOVING_TOPIC_FIRST_WAIT = 0.05
+_MOVING_TOPIC_LONGEST_WAIT = 0.5
+
 BACKLOG_PLUGIN_PATH = "/starlight/backlog"  # local/broker_plugin/MessageBacklogPlugin.java
 
 
@@ -244,6 +251,22 @@ class PulsarAdmin:
         """One call: (status, response headers, body). Raises PulsarAdminError,
         PulsarAuthenticationRefused, BackendUnavailable."""
         data = None if body is None else json.dumps(body).encode("utf-8")
+        if method != "GET":
+            return self._exchange_any_broker(method, path, data)
+        deadline = time.monotonic() + MOVING_TOPIC_RETRY_SECONDS
+        wait = _MOVING_TOPIC_FIRST_WAIT
+        while True:
+            try:
+                return self._exchange_any_broker(method, path, data)
+            except PulsarAdminError as e:
+                if not topic_moving(e) or time.monotonic() + wait > deadline:
+                    raise
+            time.sleep(wait)
+            wait = min(wait * 2, _MOVING_TOPIC_LONGEST_WAIT)
+
+    def _exchange_any_broker(
+        self, method: str, path: str, data: bytes | None
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
         # With several brokers' URLs, one that does not answer (a broker down) hands the
         # call to the next; the one that answered is tried first next time.
         for attempt in range(len(self.web_urls)):
@@ -666,6 +689,14 @@ class PulsarAdmin:
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
+
+
+def topic_moving(error: PulsarAdminError) -> bool:
+    """Whether Pulsar refused because the topic has no owner for the moment (its bundle is
+    being split or unloaded): asking again shortly after works."""
+    if error.status == 503:
+        return True
+    return error.status == 412 and "owner" in str(error).lower()
 
 
 def _reason(error: urllib.error.HTTPError) -> str:

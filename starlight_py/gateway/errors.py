@@ -16,9 +16,17 @@ from starlight_py.topology.service import TopologyConflict
 
 
 def as_amqp_error(error: Exception, method: tuple[int, int] = (0, 0)) -> AMQPError | None:
-    """The AMQP error to answer with, or None when `error` is unexpected (a bug)."""
+    """The AMQP error to answer with, or None when `error` is unexpected (a bug). A group
+    of errors (from a trio nursery doing several things at once) answers with its first
+    known one."""
     if isinstance(error, AMQPError):
         return error
+    if isinstance(error, ExceptionGroup):
+        for part in error.exceptions:
+            found = as_amqp_error(part, method)
+            if found is not None:
+                return found
+        return None
     if isinstance(error, MetadataUnavailable):
         return InternalError(f"metadata store unavailable: {error}", method)
     if isinstance(error, BackendUnavailable):
