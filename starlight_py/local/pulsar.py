@@ -79,6 +79,8 @@ def override_properties(text: str, overrides: Mapping[str, str]) -> str:
 
 # managedLedgerNewEntriesCheckDelayInMillis of the local Pulsar (docs/operations.md).
 NEW_ENTRIES_CHECK_DELAY_MS = "0"
+# journalFlushWhenQueueEmpty of its bookie (standalone) and bookies (cluster).
+JOURNAL_FLUSH_WHEN_QUEUE_EMPTY = "true"
 
 
 def standalone_conf(
@@ -121,6 +123,10 @@ def standalone_conf(
             # A subscription that has read everything looks for a new entry at once, not up
             # to 10 ms later: Pulsar's consumer p50 at 300 msg/s 8 -> 3 ms, p99 15 -> 6 ms.
             "managedLedgerNewEntriesCheckDelayInMillis": NEW_ENTRIES_CHECK_DELAY_MS,
+            # The bookie writes its journal out as soon as nothing else waits, instead of
+            # waiting up to journalMaxGroupWaitMSec (1 ms) for more: at 300 msg/s the
+            # proxy's p50 2.0 -> 0.8 ms; at saturation entries still group.
+            "journalFlushWhenQueueEmpty": JOURNAL_FLUSH_WHEN_QUEUE_EMPTY,
             **(extra_properties or {}),
         },
     )

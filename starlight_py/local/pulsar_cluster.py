@@ -36,6 +36,7 @@ from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.ports import LOOPBACK, ensure_port_free, free_port
 from starlight_py.local.process import LogScanner, ServerProcess
 from starlight_py.local.pulsar import (
+    JOURNAL_FLUSH_WHEN_QUEUE_EMPTY,
     NEW_ENTRIES_CHECK_DELAY_MS,
     PULSAR_JVM_OPENS,
     READY_LOG_LINE,
@@ -88,6 +89,7 @@ def bookie_conf(
             "dbStorage_rocksDB_blockCacheSize": str(16 * 1024 * 1024),
             "dbStorage_rocksDB_writeBufferSizeMB": "8",
             "journalPreAllocSizeMB": "4",
+            "journalFlushWhenQueueEmpty": JOURNAL_FLUSH_WHEN_QUEUE_EMPTY,
             "numReadWorkerThreads": "2",
             # A nearly full disk must not turn every bookie read-only under the tests.
             "diskUsageThreshold": "0.99",

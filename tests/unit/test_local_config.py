@@ -67,13 +67,14 @@ def test_standalone_conf_rewrites_existing_keys_and_appends_missing_ones():
         "statsUpdateFrequencyInSecs": "5",
         "statsUpdateInitialDelayInSecs": "5",
         "managedLedgerNewEntriesCheckDelayInMillis": "0",
+        "journalFlushWhenQueueEmpty": "true",
     }
     # Rewritten in place, so the distribution's comments stay next to their keys.
     assert conf.splitlines()[:2] == [
         "# The port on which the broker listens",
         "brokerServicePort=16650",
     ]
-    assert conf.endswith("managedLedgerNewEntriesCheckDelayInMillis=0\n")
+    assert conf.endswith("journalFlushWhenQueueEmpty=true\n")
 
 
 def test_override_properties_leaves_comments_and_other_keys_alone():

@@ -77,6 +77,7 @@ def test_bookie_conf_keeps_its_data_and_ports_to_itself(tmp_path: Path) -> None:
     assert conf["ledgerDirectories"] == str(tmp_path / "ledgers")
     assert conf["metadataServiceUri"] == "zk+hierarchical://127.0.0.1:2181/ledgers"
     assert conf["allowLoopback"] == "true"
+    assert conf["journalFlushWhenQueueEmpty"] == "true"
 
 
 def test_a_cluster_gives_clients_every_broker(tmp_path: Path) -> None:
