@@ -36,8 +36,8 @@ from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.ports import LOOPBACK, ensure_port_free, free_port
 from starlight_py.local.process import LogScanner, ServerProcess
 from starlight_py.local.pulsar import (
-    JOURNAL_FLUSH_WHEN_QUEUE_EMPTY,
-    NEW_ENTRIES_CHECK_DELAY_MS,
+    LOW_LATENCY_BOOKIE_SETTINGS,
+    LOW_LATENCY_BROKER_SETTINGS,
     PULSAR_JVM_OPENS,
     READY_LOG_LINE,
     default_namespace_listed,
@@ -59,8 +59,6 @@ BROKER_SETTINGS_THE_PROXY_NEEDS = {
     "acknowledgmentAtBatchIndexLevelEnabled": "true",
     "statsUpdateFrequencyInSecs": "5",
     "statsUpdateInitialDelayInSecs": "5",
-    # Not needed, but what the local standalone does for latency (see pulsar.py).
-    "managedLedgerNewEntriesCheckDelayInMillis": NEW_ENTRIES_CHECK_DELAY_MS,
 }
 
 
@@ -89,11 +87,11 @@ def bookie_conf(
             "dbStorage_rocksDB_blockCacheSize": str(16 * 1024 * 1024),
             "dbStorage_rocksDB_writeBufferSizeMB": "8",
             "journalPreAllocSizeMB": "4",
-            "journalFlushWhenQueueEmpty": JOURNAL_FLUSH_WHEN_QUEUE_EMPTY,
             "numReadWorkerThreads": "2",
             # A nearly full disk must not turn every bookie read-only under the tests.
             "diskUsageThreshold": "0.99",
             "diskUsageWarnThreshold": "0.98",
+            **LOW_LATENCY_BOOKIE_SETTINGS,
         },
     )
 
@@ -130,6 +128,7 @@ def broker_conf(
             "numHttpServerThreads": "8",
             "managedLedgerCacheSizeMB": "64",
             **BROKER_SETTINGS_THE_PROXY_NEEDS,
+            **LOW_LATENCY_BROKER_SETTINGS,
             **(extra_properties or {}),
         },
     )

@@ -53,6 +53,8 @@ def test_broker_conf_points_at_zookeeper_with_quorums_for_three_bookies() -> Non
     assert conf["acknowledgmentAtBatchIndexLevelEnabled"] == "true"
     assert conf["brokerDeleteInactiveTopicsEnabled"] == "false"
     assert conf["metadataStoreSessionTimeoutMillis"] == "10000"
+    # Latency at low rates, as the standalone sets it.
+    assert conf["managedLedgerNewEntriesCheckDelayInMillis"] == "0"
 
 
 def test_broker_conf_with_one_bookie_writes_to_it_alone() -> None:
