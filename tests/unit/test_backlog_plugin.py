@@ -4,10 +4,7 @@ Pulsar: tests/integration/test_flow_batching.py)."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -28,6 +25,7 @@ from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.pulsar_cluster import broker_conf
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import TopicName
+from tests.support.stand_in_http import JsonHandler, serving
 
 TOPIC = TopicName(NamespaceName("public", "default"), "orders")
 
@@ -74,7 +72,7 @@ def test_building_against_a_folder_that_is_no_pulsar_distribution_says_so(
         build_nar(plugin_sources(), tmp_path, tmp_path)
 
 
-class Broker(BaseHTTPRequestHandler):
+class Broker(JsonHandler):
     """Answers topic stats in entries and, when `plugin` is set, the plugin's counts."""
 
     plugin: dict[str, int] | None = None
@@ -102,29 +100,12 @@ class Broker(BaseHTTPRequestHandler):
         else:
             self.answer(404, {})
 
-    def answer(self, status: int, body: object) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
 def broker() -> Iterator[tuple[type[Broker], str]]:
     handler = type("ThisBroker", (Broker,), {})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as url:
+        yield handler, url
 
 
 def test_without_the_plugin_backlogs_are_pulsars_entries(

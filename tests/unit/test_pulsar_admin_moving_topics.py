@@ -3,10 +3,7 @@ split or unloaded): reads only, for a bounded time. Against a stand-in broker.""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -14,12 +11,13 @@ from starlight_py.backend import pulsar_admin
 from starlight_py.backend.pulsar_admin import PulsarAdmin, PulsarAdminError
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import TopicName
+from tests.support.stand_in_http import JsonHandler, serving
 
 TOPIC = TopicName(NamespaceName("public", "default"), "orders")
 NO_OWNER = (412, "Can't find owner for topic persistent://public/default/orders")
 
 
-class MovingBroker(BaseHTTPRequestHandler):
+class MovingBroker(JsonHandler):
     """Answers each request with the next of `refusals`, then with stats."""
 
     refusals: list[tuple[int, str]] = []
@@ -38,31 +36,14 @@ class MovingBroker(BaseHTTPRequestHandler):
         status, reason = self.refusals.pop(0) if self.refusals else (204, "")
         self.answer(status, {"reason": reason})
 
-    def answer(self, status: int, body: object) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
 def broker() -> Iterator[tuple[type[MovingBroker], PulsarAdmin]]:
     handler = type("ThisBroker", (MovingBroker,), {"refusals": [], "requests": []})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        admin = PulsarAdmin(f"http://127.0.0.1:{server.server_address[1]}", timeout=2)
+    with serving(handler) as url:
+        admin = PulsarAdmin(url, timeout=2)
         admin.message_backlogs = False
         yield handler, admin
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_stats_of_a_moving_topic_are_asked_again_until_it_has_an_owner(

@@ -3,9 +3,6 @@ files, and the admin client's list of brokers' URLs."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from starlight_py.local.pulsar_cluster import (
     bookie_conf,
     broker_conf,
 )
+from tests.support.stand_in_http import JsonHandler, serving
 
 
 def settings(text: str) -> dict[str, str]:
@@ -122,29 +120,15 @@ def test_admin_urls_split_like_pulsars_own_tools(given: str, expected: list[str]
 
 
 def test_the_admin_client_moves_on_from_a_broker_that_does_not_answer() -> None:
-    class Clusters(BaseHTTPRequestHandler):
+    class Clusters(JsonHandler):
         def do_GET(self) -> None:
-            payload = json.dumps(["starlight-local"]).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            self.answer(200, ["starlight-local"])
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Clusters)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Clusters) as live:
         dead = f"http://127.0.0.1:{free_port()}"
-        live = f"http://127.0.0.1:{server.server_address[1]}"
         admin = PulsarAdmin(f"{dead},{live}", timeout=2)
         assert admin.clusters() == ["starlight-local"]
         assert admin.web_url == live  # and it stays with the one that answered
         assert admin.clusters() == ["starlight-local"]
         with pytest.raises(BackendUnavailable):
             PulsarAdmin(f"{dead},{dead}", timeout=2).clusters()
-    finally:
-        server.shutdown()
