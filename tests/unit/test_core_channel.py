@@ -354,14 +354,26 @@ def test_a_bands_wait_for_its_first_messages_starts_with_the_consumer() -> None:
     assert wire.take() == deliver(1, b"high")
 
 
+def banded_consumer(ch: Channel, backlogs: dict[int, int]) -> Consumer:
+    """A new consumer of a priority queue, started: rank -> that band's known backlog."""
+    consumer = ch.add_consumer("c1", "q", False, False)
+    for rank, backlog in backlogs.items():
+        ch.reads_band(consumer, rank, backlog=backlog)
+    ch.start_consumer(consumer, nowait=True)
+    return consumer
+
+
 def test_a_band_that_had_messages_is_waited_for_longer_at_the_start() -> None:
     clock = Clock()
     ch, wire = new_channel(clock)
-    consumer = ch.add_consumer("c1", "q", False, False)
-    ch.reads_band(consumer, 3, backlog=2)  # had messages: they are on their way
-    ch.reads_band(consumer, 2, backlog=0)  # empty: only the short refill wait
-    ch.reads_band(consumer, 1, backlog=5)
-    ch.start_consumer(consumer, nowait=True)
+    consumer = banded_consumer(
+        ch,
+        {
+            3: 2,  # had messages: they are on their way
+            2: 0,  # empty: only the short refill wait
+            1: 5,
+        },
+    )
     ch.messages_arrived(consumer, [(1, Source("low"))])
     clock.now += BAND_REFILL_WAIT * 2  # past the short wait, not the first-message one
     ch.drain(consumer)
@@ -385,11 +397,7 @@ def test_a_new_consumer_gets_every_bands_known_messages_in_one_go() -> None:
     # (kombu's test_publish_requeue_consume); Pulsar sends each band's at its own moment.
     clock = Clock()
     ch, wire = new_channel(clock)
-    consumer = ch.add_consumer("c1", "q", False, False)
-    ch.reads_band(consumer, 10, backlog=1)
-    ch.reads_band(consumer, 7, backlog=1)
-    ch.reads_band(consumer, 4, backlog=2)
-    ch.start_consumer(consumer, nowait=True)
+    consumer = banded_consumer(ch, {10: 1, 7: 1, 4: 2})
     ch.messages_arrived(consumer, [(10, Source("fourth"))])
     assert wire.take() == []
     ch.messages_arrived(consumer, [(7, Source("second")), (4, Source("first"))])
@@ -411,10 +419,7 @@ def test_a_new_consumer_waits_for_no_more_known_messages_than_it_reads_ahead() -
     ch, wire = new_channel(clock)
     ch.qos(2, False)
     wire.take()  # qos-ok
-    consumer = ch.add_consumer("c1", "q", False, False)
-    ch.reads_band(consumer, 2, backlog=1)
-    ch.reads_band(consumer, 1, backlog=500)
-    ch.start_consumer(consumer, nowait=True)
+    consumer = banded_consumer(ch, {2: 1, 1: 500})
     ch.messages_arrived(consumer, [(2, Source("high")), (1, Source("low1"))])
     assert wire.take() == []
     ch.messages_arrived(consumer, [(1, Source("low2"))])  # band 1 reads 2 ahead: enough
@@ -426,11 +431,7 @@ def test_bands_whose_known_messages_all_came_hold_nothing_back() -> None:
     # empty, or whose backlog at subscribing has all arrived, is not waited for.
     clock = Clock()
     ch, wire = new_channel(clock)
-    consumer = ch.add_consumer("c1", "q", False, False)
-    ch.reads_band(consumer, 3, backlog=1)
-    ch.reads_band(consumer, 2, backlog=0)
-    ch.reads_band(consumer, 1, backlog=1)
-    ch.start_consumer(consumer, nowait=True)
+    consumer = banded_consumer(ch, {3: 1, 2: 0, 1: 1})
     ch.messages_arrived(consumer, [(1, Source("low"))])
     assert wire.take() == []  # band 3's message is on its way
     ch.messages_arrived(consumer, [(3, Source("high"))])
