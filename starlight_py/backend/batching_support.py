@@ -8,6 +8,9 @@ RabbitMQ semantics stay exact with batch entries only when the brokers
   entries, and queue counts and length limits (x-max-length) would count a batch as one.
 
 docs/operations.md#what-pulsar-needs says how to give the brokers both.
+
+One more setting keeps those acknowledgements across a topic reload (an unload, a bundle
+move, a broker restart) in more cases: `batching_caveat` says when the brokers lack it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,13 @@ from __future__ import annotations
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 
 BATCH_INDEX_ACKS = "acknowledgmentAtBatchIndexLevelEnabled"
+# Where a subscription's cursor goes when its topic closes cleanly. Pulsar 4.0.8 restores
+# batch-index acknowledgements from its cursor ledger but not from the metadata store
+# (apache/pulsar#14982, fixed by apache/pulsar#26474 in later releases); -1 sends every clean
+# close to the ledger, whenever the cursor has one (its position moved since the topic was
+# loaded). Measured in docs/performance.md.
+CURSOR_CLOSE_TO_METADATA_STORE = "managedLedgerMaxUnackedRangesToPersistInMetadataStore"
+CURSOR_CLOSE_TO_LEDGER = "-1"
 
 
 def batching_refusal(admin: PulsarAdmin) -> str | None:
@@ -42,3 +52,20 @@ def batching_refusal(admin: PulsarAdmin) -> str | None:
         )
     admin.message_backlogs = True
     return None
+
+
+def batching_caveat(admin: PulsarAdmin) -> str | None:
+    """What batching cannot keep exact with these brokers although they take it (a warning,
+    not a refusal), or None. Blocking (one admin request)."""
+    try:
+        value = admin.broker_setting(CURSOR_CLOSE_TO_METADATA_STORE)
+    except (PulsarAdminError, BackendUnavailable) as e:
+        value = f"unknown ({e})"
+    if value == CURSOR_CLOSE_TO_LEDGER:
+        return None
+    return (
+        f"the broker has {CURSOR_CLOSE_TO_METADATA_STORE}={value}: when a topic reloads "
+        "(unload, bundle move, broker restart), messages acknowledged one by one in a batch "
+        "entry still partly unacknowledged are delivered again (set it to "
+        f"{CURSOR_CLOSE_TO_LEDGER} on every broker)"
+    )

@@ -20,7 +20,7 @@ from starlight_py import __version__
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import ConnectionForced, InternalError
 from starlight_py.auth.authenticator import Authenticator, build_authenticator
-from starlight_py.backend.batching_support import batching_refusal
+from starlight_py.backend.batching_support import batching_caveat, batching_refusal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.cluster.cleaner import SubscriptionCleaner
@@ -514,6 +514,9 @@ def _check_batching(services: ProxyServices) -> None:
     reason = batching_refusal(services.topology.admin)
     if reason is None:
         log.info("pulsarProducerBatching: on, queue counts in messages (the brokers' plugin)")
+        caveat = batching_caveat(services.topology.admin)
+        if caveat is not None:
+            log.warning("pulsarProducerBatching: %s (docs/operations.md#what-pulsar-needs)", caveat)
         return
     log.error(
         "pulsarProducerBatching is on but %s: batching turned off (docs/operations.md#what-"

@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from starlight_py.backend.batching_support import (
+    CURSOR_CLOSE_TO_LEDGER,
+    CURSOR_CLOSE_TO_METADATA_STORE,
+)
 from starlight_py.local.backlog_plugin import backlog_plugin_settings
 from starlight_py.local.distribution import (
     Log,
@@ -120,6 +124,8 @@ def standalone_conf(
             # pulsarProducerBatching: a message of a batch entry is acknowledged (and
             # negatively acknowledged) alone, not with its whole batch.
             "acknowledgmentAtBatchIndexLevelEnabled": "true",
+            # ... and those acknowledgements survive a topic reload (backend/batching_support.py).
+            CURSOR_CLOSE_TO_METADATA_STORE: CURSOR_CLOSE_TO_LEDGER,
             # The per-queue metrics read the broker's topic stats, computed this often (the
             # default is 60 s, the first time a minute after start).
             "statsUpdateFrequencyInSecs": "5",

@@ -23,6 +23,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from starlight_py.backend.batching_support import (
+    CURSOR_CLOSE_TO_LEDGER,
+    CURSOR_CLOSE_TO_METADATA_STORE,
+)
 from starlight_py.local.backlog_plugin import backlog_plugin_settings
 from starlight_py.local.distribution import (
     Log,
@@ -57,6 +61,7 @@ BROKER_SETTINGS_THE_PROXY_NEEDS = {
     "isDelayedDeliveryDeliverAtTimeStrict": "true",
     "delayedDeliveryTickTimeMillis": "100",
     "acknowledgmentAtBatchIndexLevelEnabled": "true",
+    CURSOR_CLOSE_TO_METADATA_STORE: CURSOR_CLOSE_TO_LEDGER,
     "statsUpdateFrequencyInSecs": "5",
     "statsUpdateInitialDelayInSecs": "5",
 }

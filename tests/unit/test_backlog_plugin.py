@@ -10,7 +10,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from starlight_py.backend.batching_support import BATCH_INDEX_ACKS, batching_refusal
+from starlight_py.backend.batching_support import (
+    BATCH_INDEX_ACKS,
+    CURSOR_CLOSE_TO_METADATA_STORE,
+    batching_caveat,
+    batching_refusal,
+)
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.local.backlog_plugin import (
     INDEX_INTERCEPTOR,
@@ -190,3 +195,22 @@ def test_batching_needs_batch_index_acks_and_the_plugin(
     handler.plugin = {}
     assert batching_refusal(admin) is None
     assert admin.message_backlogs is True  # counts through the plugin from now on
+
+
+def test_batching_warns_of_brokers_that_close_cursors_to_the_metadata_store(
+    broker: tuple[type[Broker], str],
+) -> None:
+    """Pulsar 4.0.8 forgets batch-index acknowledgements of a cursor closed to the metadata
+    store: with the broker's default (1000) a topic reload brings acknowledged messages back."""
+    handler, url = broker
+    admin = PulsarAdmin(url, timeout=2)
+    caveat = batching_caveat(admin)
+    assert caveat is not None and "unknown" in caveat  # 403: the setting cannot be read
+    handler.settings = {CURSOR_CLOSE_TO_METADATA_STORE: "1000"}
+    assert batching_caveat(admin) == (
+        f"the broker has {CURSOR_CLOSE_TO_METADATA_STORE}=1000: when a topic reloads (unload, "
+        "bundle move, broker restart), messages acknowledged one by one in a batch entry "
+        "still partly unacknowledged are delivered again (set it to -1 on every broker)"
+    )
+    handler.settings = {CURSOR_CLOSE_TO_METADATA_STORE: "-1"}
+    assert batching_caveat(admin) is None

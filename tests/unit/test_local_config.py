@@ -64,6 +64,7 @@ def test_standalone_conf_rewrites_existing_keys_and_appends_missing_ones():
         "isDelayedDeliveryDeliverAtTimeStrict": "true",
         "delayedDeliveryTickTimeMillis": "100",
         "acknowledgmentAtBatchIndexLevelEnabled": "true",
+        "managedLedgerMaxUnackedRangesToPersistInMetadataStore": "-1",
         "statsUpdateFrequencyInSecs": "5",
         "statsUpdateInitialDelayInSecs": "5",
         "managedLedgerNewEntriesCheckDelayInMillis": "0",

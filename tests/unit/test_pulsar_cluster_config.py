@@ -49,6 +49,7 @@ def test_broker_conf_points_at_zookeeper_with_quorums_for_three_bookies() -> Non
     ) == ("3", "2", "2")
     # What the proxy relies on, as the standalone sets it.
     assert conf["acknowledgmentAtBatchIndexLevelEnabled"] == "true"
+    assert conf["managedLedgerMaxUnackedRangesToPersistInMetadataStore"] == "-1"
     assert conf["brokerDeleteInactiveTopicsEnabled"] == "false"
     assert conf["metadataStoreSessionTimeoutMillis"] == "10000"
     # Latency at low rates, as the standalone sets it.
