@@ -60,7 +60,7 @@ from starlight_py.gateway.stream_consuming import (
     with_offset_header,
 )
 from starlight_py.gateway.topology_methods import VhostContext
-from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.cache import PREFETCH_MARK, TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
@@ -83,6 +83,7 @@ class ConsumerLink:
     queue: str
     exclusive: bool
     record: Queue | None  # the queue as declared (auto-delete, x-expires, dead-lettering)
+    prefetch: int = 0  # the consumer's, when it started (0: unlimited)
     core: Consumer | None = None
     handles: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
     ranks: dict[str, int] = field(default_factory=dict)  # by subscription: 1 + band, or 0
@@ -101,7 +102,10 @@ class ConsumerLink:
 
     @property
     def registry_name(self) -> str:
-        return f"{self.session.number}/{self.tag}" + (EXCLUSIVE_MARK if self.exclusive else "")
+        # The prefetch limits the batch entries of the queue's topics (TopologyCache).
+        return f"{self.session.number}/{self.tag}{PREFETCH_MARK}{self.prefetch}" + (
+            EXCLUSIVE_MARK if self.exclusive else ""
+        )
 
     @property
     def cancelled(self) -> bool:
@@ -171,6 +175,7 @@ class Consumers:
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
         link = ConsumerLink(session, tag, queue, exclusive, record, stream=start)
         link.core = channel.add_consumer(tag, queue, no_ack, exclusive, link)
+        link.prefetch = link.core.prefetch
         link.batcher = Batcher(self._token, lambda batches: self._on_messages(link, batches))
         self.links.add(link)
         try:

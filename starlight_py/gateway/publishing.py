@@ -310,15 +310,18 @@ class Publisher:
             self._unflushed[producer] = ([outcome], time.monotonic())
         else:
             waiting[0].append(outcome)
-        if producer.batching and not self._batchable(producer):
-            # A queue with competing consumers, or none yet, reads the topic: one entry per
-            # message, as unbatched (TopologyCache.batchable says why).
-            outcomes, since = self._unflushed.pop(producer)
-            producer.flush(self._flush_callback(producer, outcomes, since))
+        if producer.batching:
+            limit = self._batch_limit(producer)
+            if limit is not None and len(self._unflushed[producer][0]) >= limit:
+                # A queue with competing consumers, or none yet, reads the topic (one
+                # entry per message, as unbatched), or its one consumer's prefetch is
+                # reached: TopologyCache.batch_limit says why.
+                outcomes, since = self._unflushed.pop(producer)
+                producer.flush(self._flush_callback(producer, outcomes, since))
 
-    def _batchable(self, producer: ProducerHandle) -> bool:
+    def _batch_limit(self, producer: ProducerHandle) -> int | None:
         topic = producer.topic
-        return topic is None or self.cache.batchable(self.ctx.vhost, topic.local)
+        return None if topic is None else self.cache.batch_limit(self.ctx.vhost, topic.local)
 
     # ---- everything else --------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ was declared, read from ZooKeeper, never these records.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,22 @@ from starlight_py.model.topology import Exchange, Queue
 log = logging.getLogger("starlight.cache")
 
 V = TypeVar("V")
+
+
+# A consumer's registered name (topology.register_consumer) carries its prefetch: PREFETCH_MARK
+# and the number, before the exclusive mark if any. gateway/consuming.py writes it.
+PREFETCH_MARK = "!p"
+_PREFETCH_AT_END = re.compile(r"!p([0-9]+)(?:!x)?$")
+
+
+def consumer_prefetch(segment: str) -> int:
+    """The prefetch a consumer's znode name (`segment`) carries (0: unlimited); 1 for a
+    name without one (a proxy of an earlier version), which keeps its queue unbatched."""
+    try:
+        found = _PREFETCH_AT_END.search(unescape(segment))
+    except ValueError:
+        return 1
+    return int(found.group(1)) if found else 1
 
 
 def name_of(segment: str) -> str:
@@ -93,6 +110,10 @@ class TopologyCache:
         self._readers: dict[tuple[str, str], int] = {}
         self._single_readers: dict[tuple[str, str], int] = {}
         self._batchable: set[tuple[str, str]] = set()
+        # (vhost, topic) -> {queue reading it: the prefetch of its one consumer}, and the
+        # smallest of those that limit (`batch_limit`)
+        self._sole_prefetch: dict[tuple[str, str], dict[str, int]] = {}
+        self._batch_limits: dict[tuple[str, str], int] = {}
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
@@ -152,6 +173,16 @@ class TopologyCache:
         spread as RabbitMQ spreads it; to a queue with none, the backlog it builds is spread
         over the consumers that come later, and over competing basic.get clients."""
         return (vhost, topic) in self._batchable
+
+    def batch_limit(self, vhost: str, topic: str) -> int | None:
+        """How many messages of one socket read may share a Pulsar entry on the topic: 1
+        when it is not `batchable`; else the smallest prefetch of the queues' consumers
+        (a consumer takes an entry whole, and one larger than its prefetch would keep
+        messages from the consumers that join later), None when none of them limits."""
+        key = (vhost, topic)
+        if key not in self._batchable:
+            return 1
+        return self._batch_limits.get(key)
 
     def binding_sets_of_queue(self, vhost: str, queue: str) -> list[BindingSet]:
         with self._lock:
@@ -297,10 +328,11 @@ class TopologyCache:
             else:
                 present.add(consumer)
             after = len(present) == 1
-            if before != after:
-                step = 1 if after else -1
-                for topic in self._sets_by_queue.get((vhost, queue), {}):
-                    self._count_reader((vhost, topic), 0, step)
+            sole = consumer_prefetch(next(iter(present))) if after else None
+            for topic in self._sets_by_queue.get((vhost, queue), {}):
+                if before != after:
+                    self._count_reader((vhost, topic), 0, 1 if after else -1)
+                self._note_sole_prefetch((vhost, topic), queue, sole)
 
     def _count_reader(self, key: tuple[str, str], readers: int, single: int) -> None:
         """Called with the lock held: a queue began (1) or stopped (-1) reading topic `key`,
@@ -319,6 +351,31 @@ class TopologyCache:
             self._batchable.add(key)
         else:
             self._batchable.discard(key)
+
+    def _note_sole_prefetch(self, key: tuple[str, str], queue: str, prefetch: int | None) -> None:
+        """Called with the lock held: the prefetch of the queue's one consumer (None: it has
+        none, or several), and the topic's batch limit from it."""
+        known = self._sole_prefetch.get(key)
+        if prefetch is None:
+            if known is None or known.pop(queue, None) is None:
+                return
+            if not known:
+                del self._sole_prefetch[key]
+        else:
+            known = self._sole_prefetch.setdefault(key, {})
+            if known.get(queue) == prefetch:
+                return
+            known[queue] = prefetch
+        limits = [p for p in (known or {}).values() if p > 0]
+        if limits:
+            self._batch_limits[key] = min(limits)
+        else:
+            self._batch_limits.pop(key, None)
+
+    def _sole_consumer_prefetch(self, vhost: str, queue: str) -> int | None:
+        """Called with the lock held: the prefetch of the queue's one consumer, or None."""
+        present = self._consumers.get((vhost, queue), ())
+        return consumer_prefetch(next(iter(present))) if len(present) == 1 else None
 
     def _single_consumer(self, vhost: str, queue: str) -> int:
         """Called with the lock held: 1 if the queue has exactly one consumer, else 0."""
@@ -387,6 +444,11 @@ class TopologyCache:
                     if record.topic not in queue_sets:
                         single = self._single_consumer(vhost, record.queue)
                         self._count_reader((vhost, record.topic), 1, single)
+                        self._note_sole_prefetch(
+                            (vhost, record.topic),
+                            record.queue,
+                            self._sole_consumer_prefetch(vhost, record.queue),
+                        )
                     queue_sets[record.topic] = record
                 elif raw is None and path_key in self._set_keys:
                     exchange_key, set_key = self._set_keys.pop(path_key)
@@ -394,6 +456,7 @@ class TopologyCache:
                     if queue_sets.pop(set_key[1], None) is not None:
                         single = self._single_consumer(vhost, set_key[0])
                         self._count_reader((vhost, set_key[1]), -1, -single)
+                        self._note_sole_prefetch((vhost, set_key[1]), set_key[0], None)
                     if not queue_sets:
                         self._sets_by_queue.pop((vhost, set_key[0]), None)
                     sets = self._sets_by_exchange.get(exchange_key, {})

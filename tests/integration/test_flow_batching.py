@@ -78,13 +78,13 @@ def publish_burst(
 
 @contextlib.contextmanager
 def sole_consumer(proxy: ProxyThread, *queues: str) -> Iterator[None]:
-    """One consumer (prefetch 1, acknowledging nothing) on each queue while the block runs,
-    so that what is published to them then is batched; when it ends its connection goes and
-    the one message each got is requeued."""
+    """One consumer (no prefetch limit, acknowledging nothing) on each queue while the block
+    runs, so that what is published to them then is batched (a prefetch would limit the
+    entries to its size); when it ends its connection goes and what it got is requeued."""
     connection = pika.BlockingConnection(pika.URLParameters(proxy.amqp_url()))
     try:
         holder = connection.channel()
-        holder.basic_qos(prefetch_count=1)
+        holder.basic_qos(prefetch_count=0)
         for queue in queues:
             holder.basic_consume(queue, lambda *_: None)
         time.sleep(0.5)  # the proxy's topology cache hears of the consumers
@@ -354,6 +354,37 @@ def test_a_burst_is_spread_over_competing_consumers(
         bodies = sorted(body for d in received for body in d.bodies)
         assert bodies == sorted(f"m{i}".encode() for i in range(BURST))
         assert all(len(d) >= 2 for d in received)  # both kept working through the burst
+
+
+def test_a_burst_batched_for_one_worker_is_shared_with_a_worker_that_joins(
+    batching_proxy: ProxyThread, created: Created, services: ServiceEndpoints
+) -> None:
+    """A prefetch-1 worker alone on a queue: a burst published in one read goes in entries
+    no larger than its prefetch, so a second worker that joins afterwards takes its share,
+    as on RabbitMQ. (With the whole burst in one entry, the first worker's Pulsar consumer
+    held it all and the second got nothing.)"""
+    with two_connections(batching_proxy) as connections:
+        channels = [connection.channel() for connection in connections]
+        queue = created.queue("joined")
+        channels[0].queue_declare(queue)
+        received = prefetch_one_workers(channels[:1], queue)
+        time.sleep(0.5)  # every proxy's cache hears of the consumer and its prefetch
+        publish_burst(batching_proxy, queue)
+        assert stored_entries(services, queue) == BURST  # entries of one message each
+        received += prefetch_one_workers(channels[1:], queue)
+        pump(connections, lambda: len(received[1]) == 1, settle=0.5)
+        acked: list[set[int]] = [set(), set()]
+        deadline = time.monotonic() + 20
+        while sum(len(d) for d in received) < BURST and time.monotonic() < deadline:
+            for worker, deliveries, done in zip(channels, received, acked, strict=True):
+                for tag in set(deliveries.tags) - done:
+                    worker.basic_ack(tag)
+                    done.add(tag)
+            before = sum(len(d) for d in received)
+            pump(connections, lambda n=before: sum(len(d) for d in received) > n, settle=0.1)
+        bodies = sorted(body for d in received for body in d.bodies)
+        assert bodies == sorted(f"m{i}".encode() for i in range(BURST))
+        assert all(len(d) >= 2 for d in received)  # the second worker took its share
 
 
 def test_a_message_too_large_for_a_batch_is_chunked_in_its_place(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from kazoo.recipe.cache import NodeData, TreeEvent
 
-from starlight_py.metadata.cache import TopologyCache, _indexed
+from starlight_py.metadata.cache import TopologyCache, _indexed, consumer_prefetch
 from starlight_py.metadata.records import (
     BindingEntry,
     BindingSet,
@@ -21,6 +21,7 @@ from starlight_py.metadata.records import (
     Paths,
     VhostRecord,
     encode,
+    segment,
 )
 from starlight_py.metadata.zookeeper import ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName
@@ -387,6 +388,43 @@ def test_only_exchange_binding_records_are_indexed_below_exchanges() -> None:
 # ---- consumers: topics a batch may go to ----------------------------------------------------
 
 
+def test_a_batch_entry_is_no_larger_than_the_prefetch_of_the_consumers_that_read_it(
+    cache: TopologyCache,
+) -> None:
+    """A consumer takes a batch entry whole: one larger than its prefetch would hold
+    messages back from the consumers that join the queue later."""
+    put(cache, PATHS.binding_set("/", "jobs", "t-jobs"), binding_set("jobs", "", "t-jobs", "jobs"))
+    assert cache.batch_limit("/", "t-jobs") == 1  # no consumer: one message per entry
+    worker = PATHS.queue_consumer("/", "jobs", "proxy-1/1/ctag!p4")
+    cache._on_event(event(TreeEvent.NODE_ADDED, worker))
+    assert cache.batch_limit("/", "t-jobs") == 4
+    # A second queue reading the topic: the smaller prefetch of the two; unlimited ones
+    # (prefetch 0) limit nothing.
+    put(cache, PATHS.binding_set("/", "logs", "t-jobs"), binding_set("logs", "x", "t-jobs", "k"))
+    assert cache.batch_limit("/", "t-jobs") == 1  # logs has no consumer yet
+    logger = PATHS.queue_consumer("/", "logs", "proxy-2/1/tail!p0!x")
+    cache._on_event(event(TreeEvent.NODE_ADDED, logger))
+    assert cache.batch_limit("/", "t-jobs") == 4
+    cache._on_event(event(TreeEvent.NODE_REMOVED, worker))
+    cache._on_event(event(TreeEvent.NODE_ADDED, PATHS.queue_consumer("/", "jobs", "p/1/w!p2")))
+    assert cache.batch_limit("/", "t-jobs") == 2
+    remove(cache, PATHS.binding_set("/", "jobs", "t-jobs"))
+    assert cache.batch_limit("/", "t-jobs") is None  # only the unlimited consumer reads it
+    # A consumer registered without a prefetch (a proxy of an earlier version) batches
+    # nothing.
+    cache._on_event(event(TreeEvent.NODE_REMOVED, logger))
+    cache._on_event(event(TreeEvent.NODE_ADDED, PATHS.queue_consumer("/", "logs", "old/1/c")))
+    assert cache.batch_limit("/", "t-jobs") == 1
+
+
+def test_consumer_names_carry_their_prefetch() -> None:
+    assert consumer_prefetch(segment("proxy/3/ctag!p200")) == 200
+    assert consumer_prefetch(segment("proxy/3/ctag!p0!x")) == 0
+    assert consumer_prefetch(segment("proxy/3/tag!p7!p1")) == 1  # a tag ending like a mark
+    assert consumer_prefetch(segment("proxy/3/ctag")) == 1
+    assert consumer_prefetch("not~escaped~") == 1
+
+
 def test_only_topics_whose_queues_each_have_one_consumer_are_batchable(
     cache: TopologyCache,
 ) -> None:
@@ -424,6 +462,7 @@ def test_only_topics_whose_queues_each_have_one_consumer_are_batchable(
     remove(cache, PATHS.binding_set("/", "logs", "t-logs"))
     assert cache._consumers == {}
     assert (cache._readers, cache._single_readers, cache._batchable) == ({}, {}, set())
+    assert (cache._sole_prefetch, cache._batch_limits) == ({}, {})
 
 
 def test_consumers_do_not_count_as_topology_changes(cache: TopologyCache) -> None:
