@@ -283,8 +283,9 @@ class StarlightConfig:
             "Write what one socket read publishes to a topic as one Pulsar batch entry (up to "
             "pulsarProducerBatchMaxMessages), so that Pulsar stores and dispatches entries, not "
             "single messages. Needs acknowledgmentAtBatchIndexLevelEnabled=true on the brokers. "
-            "A batch goes to one consumer of a queue, and Pulsar's stats count entries: see "
-            "docs/performance.md before turning it on.",
+            "A batch goes to one consumer of a queue (so batches are made only for queues "
+            "with one consumer, and no larger than its prefetch), and Pulsar's stats count "
+            "entries: see docs/performance.md before turning it on.",
         ),
     )
     producer_batch_max_messages: int = field(
