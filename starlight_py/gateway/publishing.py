@@ -307,12 +307,14 @@ class Publisher:
         producer.send(body, pulsar_properties)
         waiting = self._unflushed.get(producer)
         if waiting is None:
-            self._unflushed[producer] = ([outcome], time.monotonic())
+            outcomes = [outcome]
+            self._unflushed[producer] = (outcomes, time.monotonic())
         else:
-            waiting[0].append(outcome)
+            outcomes = waiting[0]
+            outcomes.append(outcome)
         if producer.batching:
             limit = self._batch_limit(producer)
-            if limit is not None and len(self._unflushed[producer][0]) >= limit:
+            if limit is not None and len(outcomes) >= limit:
                 # A queue with competing consumers, or none yet, reads the topic (one
                 # entry per message, as unbatched), or its one consumer's prefetch is
                 # reached: TopologyCache.batch_limit says why.
