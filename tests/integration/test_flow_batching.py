@@ -327,6 +327,23 @@ def prefetch_one_workers(channels: list[BlockingChannel], queue: str) -> list[De
     return received
 
 
+def work_through_the_burst(
+    connections: list[BlockingConnection],
+    channels: list[BlockingChannel],
+    received: list[Deliveries],
+) -> None:
+    """Each worker acknowledges what it got, until the whole burst came (20 s at most)."""
+    acked: list[set[int]] = [set() for _ in channels]
+    deadline = time.monotonic() + 20
+    while sum(len(d) for d in received) < BURST and time.monotonic() < deadline:
+        for worker, deliveries, done in zip(channels, received, acked, strict=True):
+            for tag in set(deliveries.tags) - done:
+                worker.basic_ack(tag)
+                done.add(tag)
+        before = sum(len(d) for d in received)
+        pump(connections, lambda n=before: sum(len(d) for d in received) > n, settle=0.1)
+
+
 def test_a_burst_is_spread_over_competing_consumers(
     batching_proxy: ProxyThread, created: Created
 ) -> None:
@@ -342,15 +359,7 @@ def test_a_burst_is_spread_over_competing_consumers(
         publish_burst(batching_proxy, queue)
         pump(connections, lambda: all(len(d) == 1 for d in received), settle=0.5)
         assert [len(d) for d in received] == [1, 1]  # one each: prefetch 1, nothing acked
-        acked: list[set[int]] = [set(), set()]
-        deadline = time.monotonic() + 20
-        while sum(len(d) for d in received) < BURST and time.monotonic() < deadline:
-            for worker, deliveries, done in zip(channels, received, acked, strict=True):
-                for tag in set(deliveries.tags) - done:
-                    worker.basic_ack(tag)
-                    done.add(tag)
-            before = sum(len(d) for d in received)
-            pump(connections, lambda n=before: sum(len(d) for d in received) > n, settle=0.1)
+        work_through_the_burst(connections, channels, received)
         bodies = sorted(body for d in received for body in d.bodies)
         assert bodies == sorted(f"m{i}".encode() for i in range(BURST))
         assert all(len(d) >= 2 for d in received)  # both kept working through the burst
@@ -373,15 +382,7 @@ def test_a_burst_batched_for_one_worker_is_shared_with_a_worker_that_joins(
         assert stored_entries(services, queue) == BURST  # entries of one message each
         received += prefetch_one_workers(channels[1:], queue)
         pump(connections, lambda: len(received[1]) == 1, settle=0.5)
-        acked: list[set[int]] = [set(), set()]
-        deadline = time.monotonic() + 20
-        while sum(len(d) for d in received) < BURST and time.monotonic() < deadline:
-            for worker, deliveries, done in zip(channels, received, acked, strict=True):
-                for tag in set(deliveries.tags) - done:
-                    worker.basic_ack(tag)
-                    done.add(tag)
-            before = sum(len(d) for d in received)
-            pump(connections, lambda n=before: sum(len(d) for d in received) > n, settle=0.1)
+        work_through_the_burst(connections, channels, received)
         bodies = sorted(body for d in received for body in d.bodies)
         assert bodies == sorted(f"m{i}".encode() for i in range(BURST))
         assert all(len(d) >= 2 for d in received)  # the second worker took its share
