@@ -55,7 +55,8 @@ V = TypeVar("V")
 # A consumer's registered name (topology.register_consumer) carries its prefetch: PREFETCH_MARK
 # and the number, before the exclusive mark if any. gateway/consuming.py writes it.
 PREFETCH_MARK = "!p"
-_PREFETCH_AT_END = re.compile(r"!p([0-9]+)(?:!x)?$")
+# "!x" is topology.service.EXCLUSIVE_MARK (metadata/ does not import topology/).
+_PREFETCH_AT_END = re.compile(re.escape(PREFETCH_MARK) + r"([0-9]+)(?:!x)?$")
 
 
 def consumer_prefetch(segment: str) -> int:
@@ -328,7 +329,7 @@ class TopologyCache:
             else:
                 present.add(consumer)
             after = len(present) == 1
-            sole = consumer_prefetch(next(iter(present))) if after else None
+            sole = self._sole_consumer_prefetch(vhost, queue)
             for topic in self._sets_by_queue.get((vhost, queue), {}):
                 if before != after:
                     self._count_reader((vhost, topic), 0, 1 if after else -1)
