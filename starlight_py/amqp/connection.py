@@ -206,7 +206,7 @@ class AMQPConnection:
             data = self._receive_header(data)
             if not data:
                 return events
-        frames, error = self._decoder.feed_raw(data)
+        frames, error = self._decoder.feed_joined(data, self.settings.max_message_size)
         if self.state in _WAITING:
             self._park(frames, error)
             return events
@@ -225,20 +225,27 @@ class AMQPConnection:
             return []  # the login or open was refused: what followed is noise
         return self._process(frames, error, [])
 
-    def _park(self, frames: list[tuple[int, int, bytes]], error: AMQPError | None) -> None:
+    def _park(self, frames: list[tuple[Any, ...]], error: AMQPError | None) -> None:
         self._parked.extend(frames)
         if error is not None and self._parked_error is None:
             self._parked_error = error
 
     def _process(
-        self, frames: list[tuple[int, int, bytes]], error: AMQPError | None, events: list[ev.Event]
+        self, frames: list[tuple[Any, ...]], error: AMQPError | None, events: list[ev.Event]
     ) -> list[ev.Event]:
         channels = self._channels
-        for index, (frame_type, number, payload) in enumerate(frames):
+        for index, frame in enumerate(frames):
             if self.state in _WAITING:
                 # The shell must answer before the rest can be handled: kept for `resume`.
                 self._park(frames[index:], error)
                 return events
+            if frame[0] == framing.FRAME_MESSAGE:
+                # A whole publish, joined by the decoder: one event when its channel is
+                # open and waits for no content, else its frames, one by one, next.
+                if not self._joined_publish(frame, events):
+                    frames[index + 1 : index + 1] = framing.unjoin(frame)
+                continue
+            frame_type, number, payload = frame
             # Decoding: what does not decode breaks the stream.
             try:
                 if frame_type == framing.FRAME_BODY:
@@ -287,6 +294,25 @@ class AMQPConnection:
             self._input_broken = True
             self.state = ConnectionState.CLOSED
         return events
+
+    def _joined_publish(self, item: tuple[Any, ...], events: list[ev.Event]) -> bool:
+        """The event of a publish `FrameDecoder.feed_joined` joined, when the frame-by-frame
+        path would make the same of it; False: that path must judge its frames."""
+        _, number, exchange, routing_key, bits, raw_properties, _, body = item
+        channel = self._channels.get(number)
+        if (
+            channel is None
+            or channel.state is not ChannelState.OPEN
+            or channel.content is not None
+            or self.state is not ConnectionState.OPEN
+        ):
+            return False
+        properties = framing.known_properties(raw_properties)
+        if properties is None:
+            return False
+        method = Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
+        events.append(ev.ContentReceived(number, method, properties, body, raw_properties))
+        return True
 
     def _receive_header(self, data: bytes | bytearray) -> bytes | bytearray:
         need = len(framing.PROTOCOL_HEADER) - len(self._header)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
 
-from starlight_py.amqp import hot_frames
+from starlight_py.amqp import compiled, hot_frames
 from starlight_py.amqp.errors import AMQPError, CommandInvalid, FrameError, UnexpectedFrame
 from starlight_py.amqp.field_codec import (
     FieldDecodeError,
@@ -35,6 +35,8 @@ FRAME_BODY: Final = 3
 FRAME_HEARTBEAT: Final = 8
 FRAME_END: Final = 0xCE
 FRAME_OVERHEAD: Final = 8  # 7-byte header + 1 end byte
+# Not a frame type of AMQP: the item `feed_joined` makes of a whole basic.publish.
+FRAME_MESSAGE: Final = 0
 _HEADER = struct.Struct(">BHI")
 _HEARTBEAT_BYTES: Final = _HEADER.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
 
@@ -142,6 +144,28 @@ class FrameDecoder:
             del buf[:offset]
         return frames, None
 
+    def feed_joined(
+        self, data: bytes | bytearray, max_message_size: int
+    ) -> tuple[list[tuple[Any, ...]], AMQPError | None]:
+        """Like `feed_raw`, and each whole, regular basic.publish (method, content header
+        and at most one body frame, one after the other on one channel, names in UTF-8, no
+        larger than `max_message_size`) is one item: `(FRAME_MESSAGE, channel, exchange,
+        routing_key, bits, raw_properties, body_size, body)`, bits as in the method frame.
+        `unjoin` gives its frames back. The joining is compiled (native/); without it,
+        this is `feed_raw`."""
+        scan = compiled.scan
+        if scan is None:
+            return self.feed_raw(data)
+        self._buffer += data
+        items, offset = scan(self._buffer, self.frame_max - FRAME_OVERHEAD, max_message_size)
+        if offset:
+            del self._buffer[:offset]
+        if len(self._buffer) < 7:
+            return items, None
+        # An incomplete frame, or one that breaks the stream: judged here, in one wording.
+        rest, error = self.feed_raw(b"")
+        return items + rest, error
+
     def reset(self) -> None:
         """Forget what is buffered (the stream broke)."""
         self._buffer.clear()
@@ -211,6 +235,50 @@ _CACHE_ENTRIES = 1024
 _CACHED_SIZE = 1024
 
 
+def known_properties(raw: bytes) -> commands.Basic.Properties | None:
+    """The decoded properties of a content header's property bytes (shared: nothing may
+    change them), or None when they do not decode (the header frame's decoder says why)."""
+    known = _PROPERTIES_BY_RAW.get(raw)
+    if known is not None:
+        return known
+    try:
+        properties = decode_properties(raw)
+    except FieldDecodeError:
+        return None
+    _remember(raw, properties)
+    return properties
+
+
+def _remember(raw: bytes, properties: commands.Basic.Properties) -> None:
+    if len(raw) <= _CACHED_SIZE:
+        if len(_PROPERTIES_BY_RAW) >= _CACHE_ENTRIES:
+            _PROPERTIES_BY_RAW.clear()
+        _PROPERTIES_BY_RAW[raw] = properties
+
+
+_PUBLISH_PREFIX: Final = _INDEX.pack(hot_frames.BASIC_PUBLISH) + b"\x00\x00"  # and the ticket
+
+
+def unjoin(item: tuple[Any, ...]) -> list[tuple[int, int, bytes]]:
+    """The frames of a publish `feed_joined` joined, for the frame-by-frame checks (its
+    channel is not open, say). They decode to what the client sent: only the unused
+    ticket and weight fields may differ (both are 0 in every client)."""
+    _, channel, exchange, routing_key, bits, raw_properties, body_size, body = item
+    method = (
+        _PUBLISH_PREFIX
+        + hot_frames.short_string(exchange)
+        + hot_frames.short_string(routing_key)
+        + bytes((bits,))
+    )
+    frames = [
+        (FRAME_METHOD, channel, method),
+        (FRAME_HEADER, channel, _CONTENT_HEADER_PREFIX.pack(60, 0, body_size) + raw_properties),
+    ]
+    if body_size:
+        frames.append((FRAME_BODY, channel, body))
+    return frames
+
+
 def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
     if len(payload) >= 14 and payload[0:2] == b"\x00\x3c":
         raw = payload[12:]
@@ -228,10 +296,7 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
     except FieldDecodeError as e:
         raise FrameError(f"cannot decode content header: {e}") from e
     raw = payload[12:]
-    if len(raw) <= _CACHED_SIZE:
-        if len(_PROPERTIES_BY_RAW) >= _CACHE_ENTRIES:
-            _PROPERTIES_BY_RAW.clear()
-        _PROPERTIES_BY_RAW[raw] = properties
+    _remember(raw, properties)
     return HeaderFrame(channel, body_size, properties, raw)
 
 

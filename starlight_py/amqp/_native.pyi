@@ -1,0 +1,20 @@
+"""Types of the compiled per-message frame work (native/src/lib.rs)."""
+
+from typing import Final
+
+FRAME_MESSAGE: Final[int]
+
+def scan(
+    buffer: bytearray, size_limit: int, max_message_size: int
+) -> tuple[list[tuple[int, ...] | tuple[int, int, bytes]], int]: ...
+def encode_deliver(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: str,
+    routing_key: str,
+    raw_properties: bytes,
+    body: bytes,
+    frame_max: int,
+) -> bytes: ...

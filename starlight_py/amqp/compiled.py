@@ -1,0 +1,34 @@
+"""The compiled per-message frame work (native/, Rust through PyO3), when it is there.
+
+`pip install` builds `starlight_py.amqp._native` with Rust's cargo. Without it (no Rust on
+the machine that installed the package), or with `STARLIGHT_NATIVE=0` in the environment
+(to compare both), the same work is done in Python, slower, with the same results: the
+equivalence is tested (tests/unit/test_native_frames.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+try:
+    from starlight_py.amqp import _native
+except ImportError:  # not built: the Python paths do the same work
+    _native = None  # type: ignore[assignment]
+
+if os.environ.get("STARLIGHT_NATIVE", "1") == "0":
+    _native = None  # type: ignore[assignment]
+
+# `_native.scan` and `_native.encode_deliver` (their types: _native.pyi), or None.
+scan: Callable[[bytearray, int, int], tuple[list[Any], int]] | None = (
+    _native.scan if _native is not None else None
+)
+encode_deliver: Callable[[int, bytes, int, bool, str, str, bytes, bytes, int], bytes] | None = (
+    _native.encode_deliver if _native is not None else None
+)
+
+
+def loaded() -> bool:
+    """True when the compiled module is in use (logged at start, reported by the bench)."""
+    return scan is not None
