@@ -45,11 +45,19 @@ fn frame_at(buf: &[u8], offset: usize, size_limit: u64) -> Option<Frame<'_>> {
         return None;
     }
     let kind = buf[offset];
-    if !matches!(kind, FRAME_METHOD | FRAME_HEADER | FRAME_BODY | FRAME_HEARTBEAT) {
+    if !matches!(
+        kind,
+        FRAME_METHOD | FRAME_HEADER | FRAME_BODY | FRAME_HEARTBEAT
+    ) {
         return None;
     }
     let channel = u16::from_be_bytes([buf[offset + 1], buf[offset + 2]]);
-    let size = u32::from_be_bytes([buf[offset + 3], buf[offset + 4], buf[offset + 5], buf[offset + 6]]);
+    let size = u32::from_be_bytes([
+        buf[offset + 3],
+        buf[offset + 4],
+        buf[offset + 5],
+        buf[offset + 6],
+    ]);
     if u64::from(size) > size_limit {
         return None;
     }
@@ -57,7 +65,12 @@ fn frame_at(buf: &[u8], offset: usize, size_limit: u64) -> Option<Frame<'_>> {
     if buf.len() <= end || buf[end] != FRAME_END {
         return None;
     }
-    Some(Frame { kind, channel, payload: &buf[offset + 7..end], next: end + 1 })
+    Some(Frame {
+        kind,
+        channel,
+        payload: &buf[offset + 7..end],
+        next: end + 1,
+    })
 }
 
 /// A shortstr at `pos`: its text and the position after it, if it is there and UTF-8.
@@ -104,7 +117,15 @@ fn joined_publish<'a>(
     }
     let raw_properties = &header.payload[12..];
     if body_size == 0 {
-        return Some((exchange, routing_key, bits, raw_properties, 0, &[], header.next));
+        return Some((
+            exchange,
+            routing_key,
+            bits,
+            raw_properties,
+            0,
+            &[],
+            header.next,
+        ));
     }
     let body = frame_at(buf, header.next, size_limit)?;
     if body.kind != FRAME_BODY
@@ -113,7 +134,15 @@ fn joined_publish<'a>(
     {
         return None;
     }
-    Some((exchange, routing_key, bits, raw_properties, body_size, body.payload, body.next))
+    Some((
+        exchange,
+        routing_key,
+        bits,
+        raw_properties,
+        body_size,
+        body.payload,
+        body.next,
+    ))
 }
 
 /// Split `buffer` (a bytearray, not changed) into items, from its start: `(frame type,
@@ -135,7 +164,9 @@ fn scan<'py>(
         // SAFETY: a contiguous buffer of u8 held exported for the lifetime of `view`.
         unsafe { std::slice::from_raw_parts(view.buf_ptr() as *const u8, view.len_bytes()) }
     } else {
-        return Err(pyo3::exceptions::PyTypeError::new_err("scan needs a contiguous buffer"));
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "scan needs a contiguous buffer",
+        ));
     };
     let items = PyList::empty(py);
     let mut offset = 0;
@@ -213,12 +244,15 @@ fn encode_deliver<'py>(
     frame_max: usize,
 ) -> PyResult<Bound<'py, PyBytes>> {
     if exchange.len() > 255 || routing_key.len() > 255 {
-        return Err(pyo3::exceptions::PyValueError::new_err("a name longer than a shortstr"));
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "a name longer than a shortstr",
+        ));
     }
     let chunk = frame_max.saturating_sub(8).max(1);
     let arguments = consumer_tag.len() + 9 + 1 + exchange.len() + 1 + routing_key.len();
     let body_frames = body.len().div_ceil(chunk);
-    let size = 7 + 4 + arguments + 1 + 7 + 12 + raw_properties.len() + 1 + body.len() + 8 * body_frames;
+    let size =
+        7 + 4 + arguments + 1 + 7 + 12 + raw_properties.len() + 1 + body.len() + 8 * body_frames;
     PyBytes::new_with(py, size, |out: &mut [u8]| {
         let mut w = Writer { out, pos: 0 };
         w.frame_header(FRAME_METHOD, channel, 4 + arguments);
