@@ -1,12 +1,12 @@
 """Types of the compiled per-message frame work (native/src/lib.rs)."""
 
-from typing import Final
+from typing import Any, Final
 
 FRAME_MESSAGE: Final[int]
 
 def scan(
     buffer: bytearray, size_limit: int, max_message_size: int
-) -> tuple[list[tuple[int, ...] | tuple[int, int, bytes]], int]: ...
+) -> tuple[list[tuple[Any, ...]], int]: ...
 def encode_deliver(
     channel: int,
     consumer_tag: bytes,

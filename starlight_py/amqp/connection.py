@@ -234,12 +234,13 @@ class AMQPConnection:
         self, frames: list[tuple[Any, ...]], error: AMQPError | None, events: list[ev.Event]
     ) -> list[ev.Event]:
         channels = self._channels
+        joined = framing.FRAME_MESSAGE
         for index, frame in enumerate(frames):
             if self.state in _WAITING:
                 # The shell must answer before the rest can be handled: kept for `resume`.
                 self._park(frames[index:], error)
                 return events
-            if frame[0] == framing.FRAME_MESSAGE:
+            if frame[0] == joined:
                 # A whole publish, joined by the decoder: one event when its channel is
                 # open and waits for no content, else its frames, one by one, next.
                 if not self._joined_publish(frame, events):

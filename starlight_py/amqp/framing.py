@@ -162,9 +162,10 @@ class FrameDecoder:
             del self._buffer[:offset]
         if len(self._buffer) < 7:
             return items, None
-        # An incomplete frame, or one that breaks the stream: judged here, in one wording.
+        # An incomplete frame (no items), or one that breaks the stream: judged here, in
+        # one wording.
         rest, error = self.feed_raw(b"")
-        return items + rest, error
+        return (items + rest if rest else items), error
 
     def reset(self) -> None:
         """Forget what is buffered (the stream broke)."""
