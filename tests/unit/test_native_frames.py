@@ -15,10 +15,11 @@ that lost it cannot pass unnoticed.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -175,6 +176,18 @@ def scanner(native: bool) -> Iterator[None]:
         compiled.scan = saved
 
 
+def scanning(test: Callable[[], None]) -> Callable[[], None]:
+    """Runs a test of `FrameDecoder.feed_joined` with the compiled scanner, even under
+    STARLIGHT_NATIVE=0."""
+
+    @functools.wraps(test)
+    def wrapped() -> None:
+        with scanner(True):
+            test()
+
+    return wrapped
+
+
 def opened(native: bool) -> AMQPConnection:
     with scanner(native):
         conn = AMQPConnection(SETTINGS)
@@ -263,6 +276,7 @@ def test_a_connection_makes_the_same_of_any_stream_with_the_compiled_scanner(
     assert run(True, reads) == run(False, reads)
 
 
+@scanning
 def test_a_regular_publish_is_one_item_and_its_frames_come_back_unjoined() -> None:
     raw = PROPERTIES[1]
     data = publish_method(1, b"ex", b"rk", 1) + content_header(1, 3, raw) + frame(3, 1, b"abc")
@@ -273,6 +287,7 @@ def test_a_regular_publish_is_one_item_and_its_frames_come_back_unjoined() -> No
     assert framing.unjoin(items[0]) == raw_frames
 
 
+@scanning
 def test_what_is_not_a_whole_regular_publish_stays_frames() -> None:
     raw = PROPERTIES[0]
     whole = publish_method(1, b"ex", b"rk", 0) + content_header(1, 3, raw) + frame(3, 1, b"abc")
