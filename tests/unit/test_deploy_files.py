@@ -234,6 +234,30 @@ def test_dockerfile_installs_the_project_with_pip(dockerfile: list[Instruction])
     assert re.search(r"pip install (\S+ )*\.(\s|$)", runs), runs
 
 
+def test_dockerfile_builds_the_compiled_frame_codec(dockerfile: list[Instruction]) -> None:
+    """The image has the Rust sources and cargo, and its build fails without the module."""
+    copied = {
+        source
+        for i in of_kind(dockerfile, "COPY")
+        if "--from=" not in i.arguments
+        for source in copy_sources(i)[0]
+    }
+    assert set(tracked_files("native")) - {"native/rustfmt.toml"} <= {
+        f for source in copied for f in tracked_files(source)
+    }
+    runs = " ".join(i.arguments for i in of_kind(dockerfile, "RUN"))
+    assert "sh.rustup.rs" in runs
+    assert "from starlight_py.amqp import _native" in runs
+
+
+def tracked_files(source: str) -> list[str]:
+    """The files git keeps at or under `source` (what a clean checkout's build context has)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--", source], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return listed.stdout.split()
+
+
 def test_dockerfile_copies_only_files_that_exist_and_are_not_ignored(
     dockerfile: list[Instruction],
 ) -> None:
@@ -245,10 +269,9 @@ def test_dockerfile_copies_only_files_that_exist_and_are_not_ignored(
         for source in sources:
             path = ROOT / source
             assert path.exists(), f"COPY {source}: not in the repository"
-            files = [path] if path.is_file() else [p for p in path.rglob("*.py")]
+            files = tracked_files(source)
             assert files, f"COPY {source}: nothing to copy"
-            for file in files:
-                relative = file.relative_to(ROOT).as_posix()
+            for relative in files:
                 assert not ignored_by(patterns, relative), f"{relative} is dockerignored"
 
 
