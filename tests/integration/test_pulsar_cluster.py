@@ -282,7 +282,12 @@ def test_bundle_splits_under_load_lose_nothing(cluster: LocalCluster) -> None:
         for _ in range(REPETITIONS):
             before = admin.bundle_count(str(NAMESPACE))
             admin.split_bundle(str(NAMESPACE), admin.topic_bundle(topic), unload=True)
-            assert admin.bundle_count(str(NAMESPACE)) == before + 1
+            # The broker that answers may not have read the new bundle list yet.
+            wait_for(
+                lambda: admin.bundle_count(str(NAMESPACE)) == before + 1,  # noqa: B023
+                30,
+                f"{before + 1} bundles after the split",
+            )
             load.progress(100, 120, "after a split")
         load.finish()
     load.check("bundle-split", REPETITIONS)
