@@ -24,7 +24,7 @@ const FRAME_HEADER: u8 = 2;
 const FRAME_BODY: u8 = 3;
 const FRAME_HEARTBEAT: u8 = 8;
 const FRAME_END: u8 = 0xCE;
-/// The item type of a joined publish: no AMQP frame has type 0.
+/// The item type of a joined publish (`framing.FRAME_MESSAGE`): no AMQP frame has type 0.
 const FRAME_MESSAGE: u8 = 0;
 const BASIC_CLASS: u16 = 60;
 const BASIC_PUBLISH: u32 = (60 << 16) | 40;
@@ -286,6 +286,5 @@ fn encode_deliver<'py>(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan, m)?)?;
     m.add_function(wrap_pyfunction!(encode_deliver, m)?)?;
-    m.add("FRAME_MESSAGE", FRAME_MESSAGE)?;
     Ok(())
 }

@@ -1,8 +1,6 @@
 """Types of the compiled per-message frame work (native/src/lib.rs)."""
 
-from typing import Any, Final
-
-FRAME_MESSAGE: Final[int]
+from typing import Any
 
 def scan(
     buffer: bytearray, size_limit: int, max_message_size: int

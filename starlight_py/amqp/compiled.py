@@ -30,5 +30,5 @@ encode_deliver: Callable[[int, bytes, int, bool, str, str, bytes, bytes, int], b
 
 
 def loaded() -> bool:
-    """True when the compiled module is in use (logged at start, reported by the bench)."""
+    """True when the compiled module is in use (the proxy logs which at start)."""
     return scan is not None
