@@ -122,8 +122,12 @@ def prefer_jemalloc(
             return
         sys.stdout.flush()
         sys.stderr.flush()
-        execute(sys.executable, list(sys.orig_argv), outcome.environ)
-        return  # only when `execute` is not os.execve (the tests)
+        try:
+            execute(sys.executable, list(sys.orig_argv), outcome.environ)
+        except OSError as e:  # the interpreter cannot be started again: run on as is
+            _in_use.status = f"glibc malloc: restarting on jemalloc failed ({e})"
+            _in_use.as_chosen = False
+        return  # after a failure, or when `execute` is not os.execve (the tests)
     _in_use.status, _in_use.as_chosen = outcome.status, outcome.preferred
     if dict(os.environ) != outcome.environ:
         os.environ.clear()

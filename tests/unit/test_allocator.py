@@ -232,6 +232,23 @@ def test_python_and_pulsar_client_run_on_the_built_library() -> None:
     assert result.stdout.split() == ["True", "True"]
 
 
+def test_a_restart_that_cannot_start_runs_on_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STARLIGHT_PRELOAD_BEFORE", raising=False)
+    monkeypatch.delenv("STARLIGHT_ALLOCATOR", raising=False)
+    monkeypatch.setenv("STARLIGHT_JEMALLOC", sys.executable)
+    monkeypatch.setattr(allocator, "_mapped", lambda: GLIBC_MAPS)
+    before = dict(os.environ)
+
+    def refuse(path: str, argv: list[str], env: dict[str, str]) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    allocator.prefer_jemalloc(refuse)
+    assert allocator.in_use().startswith("glibc malloc: restarting on jemalloc failed (")
+    assert "Permission denied" in allocator.in_use()
+    assert not allocator.as_chosen()
+    assert dict(os.environ) == before
+
+
 def test_only_a_process_started_to_serve_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
     """`main()` of a `serve` or `standalone` command line restarts on jemalloc; `main(argv)`
     called with other arguments (tests, embedding) never replaces the calling process."""
