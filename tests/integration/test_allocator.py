@@ -41,7 +41,10 @@ def proxy_process(
     process.stop()
 
 
-def test_a_proxy_process_runs_on_jemalloc_and_loses_nothing(proxy_process: ProxyProcess) -> None:
+def test_a_proxy_process_runs_on_jemalloc_and_loses_nothing(
+    proxy_process: ProxyProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STARLIGHT_ALLOCATOR", "jemalloc")
     proxy_process.start()
     assert proxy_process.pid is not None
     assert runs_on_jemalloc(proxy_process.pid)
@@ -88,13 +91,12 @@ def test_a_proxy_process_runs_on_jemalloc_and_loses_nothing(proxy_process: Proxy
     assert all(received[queue] == set(range(MESSAGES)) for queue in queues)
 
 
-def test_system_keeps_glibc_malloc(
-    proxy_process: ProxyProcess, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("STARLIGHT_ALLOCATOR", "system")
+def test_glibc_malloc_is_the_default(proxy_process: ProxyProcess) -> None:
     proxy_process.start()
     assert proxy_process.pid is not None
     assert not runs_on_jemalloc(proxy_process.pid)
     [line] = [x for x in proxy_process.log_path.read_text().splitlines() if "memory allocator" in x]
     assert " INFO " in line
-    assert line.endswith("memory allocator: glibc malloc (STARLIGHT_ALLOCATOR=system)")
+    assert line.endswith(
+        "memory allocator: glibc malloc (STARLIGHT_ALLOCATOR=jemalloc would use jemalloc)"
+    )

@@ -23,71 +23,78 @@ GLIBC_MAPS = "7f00-7f10 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
 BUILT = "/x/starlight_py/_jemalloc.cpython-311.so"
 
 
+ON = {"STARLIGHT_ALLOCATOR": "jemalloc"}
+
+
+def test_glibc_malloc_is_the_default() -> None:
+    assert decide({"PATH": "/bin"}, GLIBC_MAPS, BUILT) == Stay(
+        {"PATH": "/bin"}, "glibc malloc (STARLIGHT_ALLOCATOR=jemalloc would use jemalloc)", True
+    )
+
+
 def test_a_proxy_restarts_with_the_built_jemalloc_preloaded() -> None:
-    outcome = decide({"PATH": "/bin"}, GLIBC_MAPS, BUILT)
+    outcome = decide({"PATH": "/bin", **ON}, GLIBC_MAPS, BUILT)
     assert outcome == Restart(
-        {"PATH": "/bin", "LD_PRELOAD": BUILT, "STARLIGHT_PRELOAD_BEFORE": ""}, BUILT
+        {"PATH": "/bin", **ON, "LD_PRELOAD": BUILT, "STARLIGHT_PRELOAD_BEFORE": ""}, BUILT
     )
 
 
 def test_a_preload_of_the_user_stays_after_jemalloc() -> None:
-    outcome = decide({"LD_PRELOAD": "/opt/libtrace.so"}, GLIBC_MAPS, BUILT)
+    outcome = decide({"LD_PRELOAD": "/opt/libtrace.so", **ON}, GLIBC_MAPS, BUILT)
     assert isinstance(outcome, Restart)
     assert outcome.environ["LD_PRELOAD"] == f"{BUILT} /opt/libtrace.so"
     assert outcome.environ["STARLIGHT_PRELOAD_BEFORE"] == "/opt/libtrace.so"
 
 
 def test_the_restarted_process_gives_its_children_the_environment_it_was_given() -> None:
-    restart = decide({"LD_PRELOAD": "/opt/libtrace.so", "A": "1"}, GLIBC_MAPS, BUILT)
+    restart = decide({"LD_PRELOAD": "/opt/libtrace.so", "A": "1", **ON}, GLIBC_MAPS, BUILT)
     assert isinstance(restart, Restart)
     outcome = decide(restart.environ, JEMALLOC_MAPS, BUILT)
-    assert outcome == Stay({"LD_PRELOAD": "/opt/libtrace.so", "A": "1"}, "jemalloc", True)
-    restart = decide({"A": "1"}, GLIBC_MAPS, BUILT)
+    assert outcome == Stay({"LD_PRELOAD": "/opt/libtrace.so", "A": "1", **ON}, "jemalloc", True)
+    restart = decide({"A": "1", **ON}, GLIBC_MAPS, BUILT)
     assert isinstance(restart, Restart)
-    assert decide(restart.environ, JEMALLOC_MAPS, BUILT) == Stay({"A": "1"}, "jemalloc", True)
+    assert decide(restart.environ, JEMALLOC_MAPS, BUILT) == Stay({"A": "1", **ON}, "jemalloc", True)
 
 
 def test_a_restart_that_did_not_load_jemalloc_runs_on_and_says_so() -> None:
-    restart = decide({}, GLIBC_MAPS, BUILT)
+    restart = decide(ON, GLIBC_MAPS, BUILT)
     assert isinstance(restart, Restart)
     outcome = decide(restart.environ, GLIBC_MAPS, BUILT)
     assert isinstance(outcome, Stay)
-    assert outcome.environ == {}
+    assert outcome.environ == ON
     assert not outcome.preferred
     assert "did not load" in outcome.status
 
 
 def test_system_keeps_glibc_malloc_without_a_warning() -> None:
     outcome = decide({"STARLIGHT_ALLOCATOR": "system"}, GLIBC_MAPS, BUILT)
-    assert outcome == Stay(
-        {"STARLIGHT_ALLOCATOR": "system"}, "glibc malloc (STARLIGHT_ALLOCATOR=system)", True
-    )
+    assert isinstance(outcome, Stay) and outcome.preferred
+    assert outcome.status.startswith("glibc malloc")
 
 
 def test_without_the_built_library_the_proxy_runs_on_glibc_and_says_how_to_fix_it() -> None:
-    outcome = decide({}, GLIBC_MAPS, None)
+    outcome = decide(ON, GLIBC_MAPS, None)
     assert isinstance(outcome, Stay)
     assert not outcome.preferred
     assert "cargo" in outcome.status and "STARLIGHT_JEMALLOC" in outcome.status
 
 
 def test_another_jemalloc_can_be_named() -> None:
-    outcome = decide({"STARLIGHT_JEMALLOC": "/usr/lib/libjemalloc.so.2"}, GLIBC_MAPS, None)
+    outcome = decide({"STARLIGHT_JEMALLOC": "/usr/lib/libjemalloc.so.2", **ON}, GLIBC_MAPS, None)
     assert isinstance(outcome, Restart)
     assert outcome.library == "/usr/lib/libjemalloc.so.2"
 
 
 def test_jemalloc_preloaded_by_the_environment_needs_no_restart() -> None:
-    outcome = decide({"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}, "x libjemalloc.so.2\n", BUILT)
-    assert outcome == Stay(
-        {"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}, "jemalloc (preloaded by the environment)", True
-    )
+    environ = {"LD_PRELOAD": "/usr/lib/libjemalloc.so.2", **ON}
+    outcome = decide(environ, "x libjemalloc.so.2\n", BUILT)
+    assert outcome == Stay(environ, "jemalloc (preloaded by the environment)", True)
 
 
 def test_prefer_jemalloc_executes_the_same_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, list[str], dict[str, str]]] = []
     monkeypatch.delenv("STARLIGHT_PRELOAD_BEFORE", raising=False)
-    monkeypatch.delenv("STARLIGHT_ALLOCATOR", raising=False)
+    monkeypatch.setenv("STARLIGHT_ALLOCATOR", "jemalloc")
     monkeypatch.setenv("STARLIGHT_JEMALLOC", sys.executable)  # a file that exists
     monkeypatch.setattr(allocator, "_mapped", lambda: GLIBC_MAPS)
     allocator.prefer_jemalloc(lambda path, argv, env: calls.append((path, argv, env)))
@@ -108,7 +115,7 @@ def test_the_restarted_process_cleans_its_environment(monkeypatch: pytest.Monkey
 
 def test_a_named_library_that_does_not_exist_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STARLIGHT_PRELOAD_BEFORE", raising=False)
-    monkeypatch.delenv("STARLIGHT_ALLOCATOR", raising=False)
+    monkeypatch.setenv("STARLIGHT_ALLOCATOR", "jemalloc")
     monkeypatch.setenv("STARLIGHT_JEMALLOC", "/nowhere/libjemalloc.so")
     monkeypatch.setattr(allocator, "_mapped", lambda: GLIBC_MAPS)
     allocator.prefer_jemalloc(lambda *_: pytest.fail("no restart without the library"))
@@ -234,7 +241,7 @@ def test_python_and_pulsar_client_run_on_the_built_library() -> None:
 
 def test_a_restart_that_cannot_start_runs_on_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STARLIGHT_PRELOAD_BEFORE", raising=False)
-    monkeypatch.delenv("STARLIGHT_ALLOCATOR", raising=False)
+    monkeypatch.setenv("STARLIGHT_ALLOCATOR", "jemalloc")
     monkeypatch.setenv("STARLIGHT_JEMALLOC", sys.executable)
     monkeypatch.setattr(allocator, "_mapped", lambda: GLIBC_MAPS)
     before = dict(os.environ)
