@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import importlib.metadata
 import logging
 import threading
 import time
@@ -22,6 +23,12 @@ import _pulsar
 import pulsar
 
 from starlight_py.backend.broker_auth import BrokerAuthError, BrokerClientSettings
+from starlight_py.backend.producer_flush import (
+    Flusher,
+    NativeFlushUnavailable,
+    ProducerFlusher,
+    result_text,
+)
 from starlight_py.backend.pulsar_admin import (
     BackendUnavailable,
     PulsarAuthenticationRefused,
@@ -107,13 +114,16 @@ def _name_native_thread(name: bytes) -> None:
         _libc().prctl(_PR_SET_NAME, name[:15], 0, 0, 0)
 
 
+def _client_version() -> str:
+    try:
+        return importlib.metadata.version("pulsar-client")
+    except importlib.metadata.PackageNotFoundError:
+        return "of unknown version"
+
+
 @functools.cache
 def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
-
-
-def _ignore_flush(result: Any) -> None:
-    """A flush only there to close a batch: its outcome comes with the sends it covers."""
 
 
 class ProducerHandle:
@@ -137,9 +147,14 @@ class ProducerHandle:
         capacity: int,
         topic: TopicName | None = None,
         batching: bool = False,
+        flusher: Flusher | None = None,
     ) -> None:
+        """Raises NativeFlushUnavailable (no `flusher` given, and this pulsar-client cannot
+        be flushed without the GIL: producer_flush.py)."""
         self._producer = producer
         self._raw = producer._producer
+        # Flushes never go through the binding's flush_async (producer_flush.py says why).
+        self._flusher = flusher if flusher is not None else ProducerFlusher(self._raw)
         self._capacity = capacity
         self.topic = topic
         self.batching = batching
@@ -226,10 +241,10 @@ class ProducerHandle:
         self.in_flight += 1
         try:
             if alone:
-                raw.flush_async(_ignore_flush)  # close the batch being filled
+                self._flusher.flush(None)  # close the batch being filled
             raw.send_async(builder.build(), callback)
             if alone:
-                raw.flush_async(_ignore_flush)  # and this one, before anything joins it
+                self._flusher.flush(None)  # and this one, before anything joins it
         except pulsar.PulsarException as e:
             done(False, str(e))
 
@@ -243,14 +258,11 @@ class ProducerHandle:
         report them to `flushed` on the trio thread."""
         covered, self._unflushed = self._unflushed, 0
 
-        def callback(result: Any) -> None:
-            ok = result == _OK
-            done(covered, ok, "" if ok else str(result))
+        def callback(result: int) -> None:
+            ok = result == 0
+            done(covered, ok, "" if ok else result_text(result))
 
-        try:
-            self._raw.flush_async(callback)
-        except pulsar.PulsarException as e:
-            done(covered, False, str(e))
+        self._flusher.flush(callback)
 
     def flushed(self, covered: int) -> None:
         self.in_flight -= covered
@@ -543,9 +555,18 @@ class PulsarBackend:
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot create a producer on {topic}: {e}") from e
         # Leave the client's own queue a margin above our limit, so it never reports full.
-        return ProducerHandle(
-            producer, max(1, self.producer_max_pending - 1), topic, batching=self.batching
-        )
+        try:
+            return ProducerHandle(
+                producer, max(1, self.producer_max_pending - 1), topic, batching=self.batching
+            )
+        except NativeFlushUnavailable as e:
+            with contextlib.suppress(pulsar.PulsarException):
+                producer.close()
+            raise BackendError(
+                f"cannot use a producer on {topic}: {e} (pulsar-client {_client_version()}; "
+                "starlight-py needs a pulsar-client whose producers it can flush without "
+                "the GIL, as 3.13 does)"
+            ) from e
 
     def create_large_producer(self, topic: TopicName) -> Any:
         """Blocking: an unbatched producer that chunks, for the bodies a batching producer

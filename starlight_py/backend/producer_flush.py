@@ -1,0 +1,146 @@
+"""Flushing a pulsar-client producer without holding the GIL.
+
+pulsar-client's Python binding of `Producer.flush_async` keeps the GIL while it waits for
+the producer's lock. A pulsar-client thread can hold that lock and wait for the GIL: when
+its batch timer closes a batch, it destroys the batch's send callbacks, and a callback that
+is a Python function needs the GIL to be destroyed. The two threads then wait for each
+other for ever, and the whole proxy stops (docs/performance.md, "The hang"). Its other
+producer calls used here (`send_async`, `flush`, `close`) let go of the GIL first.
+
+So flushes go through pulsar-client's C API, which the same library exports, called with
+ctypes (which lets go of the GIL for the call). The C API takes the C++ producer the Python
+object wraps; pybind11's cross-module conduit hands out its address, and `check` compares
+the topic the C API reads from it with the one Python reads before it is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import _pulsar
+
+# (result, ctx): pulsar_result_callback in pulsar/c/result.h.
+_RESULT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p)
+_FUNCTION_RECORD_PREFIX = "pybind11_detail_function_record_v1_"
+_TYPE_INFO_CAPSULE = b"St9type_info"  # typeid(std::type_info).name() with GCC
+_PRODUCER_TYPE_INFO = "_ZTIN6pulsar8ProducerE"  # typeid(pulsar::Producer)
+
+ResultCallback = Callable[[int], None]  # pulsar's result code: 0 is Ok
+
+# Callbacks of flushes under way, by the key the C API hands back (`ctx`). Only the GIL
+# guards it: an insert, a pop.
+_waiting: dict[int, ResultCallback] = {}
+_keys = itertools.count(1)
+
+
+class Flusher(Protocol):
+    def flush(self, callback: ResultCallback | None) -> None: ...
+
+
+class NativeFlushUnavailable(Exception):
+    """This pulsar-client does not let its producers be flushed without the GIL."""
+
+
+@_RESULT_CALLBACK  # type: ignore[untyped-decorator]
+def _on_flushed(result: int, ctx: int | None) -> None:
+    callback = _waiting.pop(ctx or 0, None)
+    if callback is not None:
+        callback(result)
+
+
+@functools.cache
+def _library() -> Any:
+    library = ctypes.CDLL(_pulsar.__file__)  # its symbols and those of libpulsar it loads
+    try:
+        flush = library.pulsar_producer_flush_async
+        topic = library.pulsar_producer_get_topic
+    except AttributeError as e:
+        raise NativeFlushUnavailable(f"pulsar-client exports no C producer API: {e}") from e
+    flush.argtypes = [ctypes.c_void_p, _RESULT_CALLBACK, ctypes.c_void_p]
+    flush.restype = None
+    topic.argtypes = [ctypes.c_void_p]
+    topic.restype = ctypes.c_char_p
+    return library
+
+
+@functools.cache
+def _conduit_arguments() -> tuple[bytes, object]:
+    """pybind11's platform ABI id and a capsule of pulsar::Producer's type_info, what its
+    `_pybind11_conduit_v1_` asks for."""
+    record = getattr(_pulsar.Producer.__dict__["topic"], "__func__", None)
+    name = type(getattr(record, "__self__", None)).__name__
+    if not name.startswith(_FUNCTION_RECORD_PREFIX):
+        raise NativeFlushUnavailable("pulsar-client's binding is not the pybind11 it expects")
+    extension = ctypes.PyDLL(_pulsar.__file__)
+    try:
+        type_info = ctypes.c_void_p.in_dll(extension, _PRODUCER_TYPE_INFO)
+    except ValueError as e:
+        raise NativeFlushUnavailable(f"pulsar-client exports no {_PRODUCER_TYPE_INFO}") from e
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    capsule = new_capsule(ctypes.addressof(type_info), _TYPE_INFO_CAPSULE, None)
+    return name[len(_FUNCTION_RECORD_PREFIX) :].encode(), capsule
+
+
+def _producer_address(raw: Any) -> int:
+    abi, type_info = _conduit_arguments()
+    conduit = getattr(raw, "_pybind11_conduit_v1_", None)
+    if conduit is None:
+        raise NativeFlushUnavailable(
+            f"{type(raw).__name__} has no pybind11 conduit (pulsar-client built with a "
+            "pybind11 before 2.13?)"
+        )
+    capsule = conduit(abi, type_info, b"raw_pointer_ephemeral")
+    if capsule is None:
+        raise NativeFlushUnavailable("pulsar-client's pybind11 did not hand out its producer")
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.restype = ctypes.c_char_p
+    name.argtypes = [ctypes.py_object]
+    pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    pointer.restype = ctypes.c_void_p
+    pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    address: int | None = pointer(capsule, name(capsule))
+    if not address:
+        raise NativeFlushUnavailable("pulsar-client's pybind11 handed out no producer")
+    return address
+
+
+class ProducerFlusher:
+    """Flushes one `_pulsar.Producer` (kept alive by its owner) through the C API. The
+    producer must be one pulsar-client created: the C API does not check what it is given."""
+
+    __slots__ = ("_address", "_flush")
+
+    def __init__(self, raw: Any) -> None:
+        """Raises NativeFlushUnavailable: this pulsar-client cannot do it (the message says
+        why); the C API reads another topic from the address than Python does."""
+        library = _library()
+        self._address = _producer_address(raw)
+        seen = library.pulsar_producer_get_topic(self._address)
+        if seen is None or seen.decode() != raw.topic():
+            raise NativeFlushUnavailable(
+                f"pulsar-client's C API sees topic {seen!r} where Python sees {raw.topic()!r}"
+            )
+        self._flush = library.pulsar_producer_flush_async
+
+    def flush(self, callback: ResultCallback | None) -> None:
+        """Ask pulsar-client to send what it batched; `callback(result)` runs on a pulsar
+        thread (or at once) when everything sent before is stored, or failed."""
+        key = 0
+        if callback is not None:
+            key = next(_keys)
+            _waiting[key] = callback
+        self._flush(self._address, _on_flushed, key)
+
+
+def result_text(result: int) -> str:
+    """pulsar's name of a result code ("Result.Timeout"), as the Python binding prints it."""
+    try:
+        return str(_pulsar.Result(result))
+    except (TypeError, ValueError):  # a code this binding does not name
+        return f"Result {result}"
