@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from starlight_py import __version__
+from starlight_py import __version__, allocator
 from starlight_py.config import (
     ConfigError,
     StarlightConfig,
@@ -184,6 +184,11 @@ def _overrides(pairs: Sequence[str], option: str = "--set") -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `starlight-proxy`; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    serves = args.command == "standalone" or (args.command == "serve" and args.workers == 1)
+    if serves and argv is None:
+        # A process started to serve AMQP: on jemalloc. This restarts the process once, at
+        # once, with its own command line (not when main is called with other arguments).
+        allocator.prefer_jemalloc()
     if args.command == "broker-plugin":
         return _broker_plugin(args)
     try:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import trio
 from pamqp.common import FieldTable
 
-from starlight_py import __version__
+from starlight_py import __version__, allocator
 from starlight_py.amqp import compiled
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import ConnectionForced, InternalError
@@ -596,6 +596,14 @@ async def _serve(
         services.topology.admin.web_url,
         config.zookeeper_servers,
     )
+    if allocator.as_chosen():
+        log.info("memory allocator: %s", allocator.in_use())
+    else:
+        log.warning(
+            "memory allocator: %s; it costs several µs more CPU per message "
+            "(docs/performance.md#the-allocator)",
+            allocator.in_use(),
+        )
     if compiled.loaded():
         log.info("frame codec: compiled (native/)")
     else:

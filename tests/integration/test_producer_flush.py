@@ -21,6 +21,7 @@ import pytest
 from starlight_py.backend.producer_flush import ProducerFlusher, result_text
 from starlight_py.local import ServiceEndpoints
 from starlight_py.local.proxy import ProxyProcess
+from tests.support.allocator_checks import runs_on_jemalloc
 from tests.support.amqp_fixtures import unique
 
 ROUNDS = 20_000
@@ -89,8 +90,16 @@ MESSAGES = 3000
 BODY = b"f" * 1100
 
 
-@pytest.fixture
-def batching_process(services: ServiceEndpoints, tmp_path: Path) -> Iterator[ProxyProcess]:
+@pytest.fixture(params=["jemalloc", "system"])
+def batching_process(
+    request: pytest.FixtureRequest,
+    services: ServiceEndpoints,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[ProxyProcess]:
+    """A `serve` process with batching, on each allocator (starlight_py/allocator.py): the
+    hang was first seen on jemalloc, then reproduced on glibc's malloc."""
+    monkeypatch.setenv("STARLIGHT_ALLOCATOR", request.param)
     process = ProxyProcess(
         "flush",
         tmp_path / "flush.log",
@@ -103,6 +112,8 @@ def batching_process(services: ServiceEndpoints, tmp_path: Path) -> Iterator[Pro
         },
     )
     process.start()
+    assert process.pid is not None
+    assert runs_on_jemalloc(process.pid) == (request.param == "jemalloc")
     yield process
     process.stop()
 

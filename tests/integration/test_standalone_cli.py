@@ -18,6 +18,7 @@ import pika.exceptions
 import pytest
 
 from starlight_py.local import free_port
+from tests.support.allocator_checks import preloads, runs_on_jemalloc
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -90,6 +91,12 @@ def test_standalone_serves_clients_and_stops_everything(
         banner = wait_for_line(process, "is ready", timeout=240, seen=output)
         assert f"amqp://127.0.0.1:{amqp_port}" in banner
         assert len(processes_mentioning(str(data_dir))) >= 2  # ZooKeeper and Pulsar JVMs
+        # The proxy runs on jemalloc (starlight_py/allocator.py); the JVMs it started do
+        # not inherit the preload.
+        assert runs_on_jemalloc(process.pid)
+        for pid in set(processes_mentioning(str(data_dir))) - {process.pid}:
+            assert "jemalloc" not in preloads(pid) and not runs_on_jemalloc(pid)
+        assert any("memory allocator: jemalloc" in line for line in output), output
         # Each step is said once (not by the proxy's log and the servers' own lines both).
         assert sum("starting ZooKeeper" in line for line in output) == 1, output
         assert sum("starting Pulsar standalone" in line for line in output) == 1, output

@@ -18,6 +18,7 @@ import pytest
 from starlight_py.local import ServiceEndpoints
 from starlight_py.local.ports import free_port
 from starlight_py.local.proxy import ProxyProcess
+from tests.support.allocator_checks import runs_on_jemalloc
 from tests.support.amqp_fixtures import unique
 
 WORKERS = 2
@@ -90,6 +91,8 @@ def test_workers_share_the_port_and_every_message_arrives(
         wait_for_metrics(metrics + index)
     assert process.pid is not None
     assert len(worker_pids(process.pid)) == WORKERS
+    # Each worker restarted itself on jemalloc (starlight_py/allocator.py).
+    assert all(runs_on_jemalloc(pid) for pid in worker_pids(process.pid))
     queue = unique("q", "workers")
     per_connection, connections = 50, 16
     opened = []

@@ -234,20 +234,26 @@ def test_dockerfile_installs_the_project_with_pip(dockerfile: list[Instruction])
     assert re.search(r"pip install (\S+ )*\.(\s|$)", runs), runs
 
 
-def test_dockerfile_builds_the_compiled_frame_codec(dockerfile: list[Instruction]) -> None:
-    """The image has the Rust sources and cargo, and its build fails without the module."""
+def test_dockerfile_builds_the_compiled_frame_codec_and_jemalloc(
+    dockerfile: list[Instruction],
+) -> None:
+    """The image has the Rust sources and cargo, and its build fails without what they
+    build: the frame codec and the jemalloc the proxy preloads."""
     copied = {
         source
         for i in of_kind(dockerfile, "COPY")
         if "--from=" not in i.arguments
         for source in copy_sources(i)[0]
     }
-    assert set(tracked_files("native")) - {"native/rustfmt.toml"} <= {
+    formatting = {"native/rustfmt.toml", "native/jemalloc/rustfmt.toml"}
+    assert set(tracked_files("native")) - formatting <= {
         f for source in copied for f in tracked_files(source)
     }
     runs = " ".join(i.arguments for i in of_kind(dockerfile, "RUN"))
     assert "sh.rustup.rs" in runs
     assert "from starlight_py.amqp import _native" in runs
+    assert "a.built_library()" in runs
+    assert re.search(r"apt-get install [^&]*\bmake\b", runs), runs  # jemalloc's build
 
 
 def tracked_files(source: str) -> list[str]:

@@ -1,11 +1,13 @@
 """The house rules that tools can check: ruff clean, formatted, mypy strict on the package;
-the Rust of native/ formatted and clippy clean."""
+the Rust of native/ and native/jemalloc/ formatted and clippy clean."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,18 +33,23 @@ def test_mypy_strict_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def cargo(*args: str) -> subprocess.CompletedProcess[str]:
-    """cargo on the compiled frame codec (native/); `pip install` needed it too."""
+# The compiled frame codec and the jemalloc library; `pip install` needed cargo for both.
+CRATES = pytest.mark.parametrize("crate", ["native", "native/jemalloc"])
+
+
+def cargo(crate: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["cargo", *args], cwd=ROOT / "native", capture_output=True, text=True, check=False
+        ["cargo", *args], cwd=ROOT / crate, capture_output=True, text=True, check=False
     )
 
 
-def test_rust_format_is_clean() -> None:
-    result = cargo("fmt", "--check")
+@CRATES
+def test_rust_format_is_clean(crate: str) -> None:
+    result = cargo(crate, "fmt", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_clippy_is_clean() -> None:
-    result = cargo("clippy", "--release", "--quiet", "--", "-D", "warnings")
+@CRATES
+def test_clippy_is_clean(crate: str) -> None:
+    result = cargo(crate, "clippy", "--release", "--quiet", "--", "-D", "warnings")
     assert result.returncode == 0, result.stdout + result.stderr
