@@ -88,7 +88,7 @@ class PreAcks:
         then its publish must learn the message id (`stored`)."""
         if exchange.routing_type not in SHARED_TOPIC_TYPES:
             return False
-        if time.time() - self.cache.last_change < RECENT_CHANGE:
+        if not self.settled():
             # This proxy's cache may not show a binding made a moment ago elsewhere: decide
             # when the message is stored.
             return True
@@ -101,6 +101,11 @@ class PreAcks:
             ):
                 return True
         return False
+
+    def settled(self) -> bool:
+        """Whether `wanted` answers from the bindings, and so keeps its answer until the
+        topology changes: no change in the last RECENT_CHANGE s."""
+        return time.time() - self.cache.last_change >= RECENT_CHANGE
 
     def stored_callback(
         self,

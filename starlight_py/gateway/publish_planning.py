@@ -78,6 +78,11 @@ class SlowPlanner:
             return None
         return pre_acks.stored_callback(self.ctx.vhost, exchange.name, routing_key, headers, topic)
 
+    def pre_acks_settled(self) -> bool:
+        """Whether `pre_ack` now answers for as long as the topology stays as it is (not
+        "every message, to be safe" in the seconds after a change: PreAcks.settled)."""
+        return self.pre_acks is None or self.pre_acks.settled()
+
     async def plan(
         self,
         path: tuple[Exchange, ...],

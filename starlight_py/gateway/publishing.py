@@ -267,9 +267,16 @@ class Publisher:
         pre_ack = (
             None if banded else self.planner.pre_ack(target_exchange, routing_key, headers, topic)
         )
-        if not banded and len(copies) == 1 and all(x.routing_type != "headers" for x in path):
+        if (
+            not banded
+            and len(copies) == 1
+            and all(x.routing_type != "headers" for x in path)
+            and (pre_ack is None or self.planner.pre_acks_settled())
+        ):
             # Nothing of this route depends on the message itself: keep it, until the
-            # topology changes or the producer closes.
+            # topology changes or the producer closes. Not while pre-acks are asked for
+            # only because the topology changed a moment ago: kept, the plan would send
+            # every later message of the route tracked, in a batch entry of its own.
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
             self._plans[(name, routing_key)] = RoutePlan(

@@ -30,9 +30,11 @@ class RawProducer:
 
     def __init__(self) -> None:
         self.sent: list[Any] = []
+        self.tracked: list[bool] = []  # whether each send came with a callback of its own
 
     def send_async(self, message: Any, callback: Any) -> None:
         self.sent.append(message)
+        self.tracked.append(callback is not None)
 
     def flush(self, callback: Any) -> None:
         if callback is not None:
@@ -249,3 +251,42 @@ def test_confirms_come_from_the_flush(setup: Setup) -> None:
     flush(publisher)
     assert channel.unconfirmed == 0
     assert handle.in_flight == 0
+
+
+class PreAcksStandIn:
+    """PreAcks as the publish path asks it: right after a topology change every publish to
+    a shared topic is pre-acknowledged, to be safe; once settled, only unrouted ones."""
+
+    def __init__(self) -> None:
+        self.settled_now = False
+
+    def settled(self) -> bool:
+        return self.settled_now
+
+    def wanted(self, vhost: str, exchange: Exchange, key: str, headers: Any) -> bool:
+        return not self.settled_now  # the fanout's bindings all route every message
+
+    def stored_callback(self, *args: Any) -> Callable[[Any, Any], None]:
+        return lambda position, message_id: None
+
+
+@in_trio
+def test_a_route_is_not_planned_while_pre_acks_are_asked_for_a_recent_change(
+    setup: Setup,
+) -> None:
+    publisher, cache, pool, channel = setup
+    pre_acks = PreAcksStandIn()
+    publisher.planner.pre_acks = pre_acks  # type: ignore[assignment]
+    cache.exchanges["fan"] = Exchange("fan", "fanout")
+    cache.routes[("fan", "")] = {"a", "b"}
+    raw = producer_for(pool, naming.exchange_topic(NAMESPACE, "fan", "fanout", ""))
+    properties, encoded = properties_of()
+    publish = Publish("fan", "", False, False)
+    assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert raw.tracked == [True]  # pre-acknowledged, to be safe
+    assert not publisher._plans
+    pre_acks.settled_now = True
+    for _ in range(2):
+        assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert raw.tracked == [True, False, False]
+    assert list(publisher._plans) == [("fan", "")]
