@@ -216,6 +216,7 @@ def _perftest(
         duration_s=settings.duration_s,
         size=settings.size,
         rate_per_producer=scenario.rate / scenario.pairs if scenario.rate else None,
+        exchange_type=scenario.exchange_type,
     )
     say(f"  warm-up {settings.warmup_s} s, measuring {settings.duration_s} s")
     run = run_perftest(settings.perftest_command, spec, meter, log_dir / "perftest.log")

@@ -13,6 +13,9 @@ class Scenario:
     name: str
     pairs: int
     rate: float | None = None  # msg/s over all producers; None = as fast as they can
+    # PerfTest publishes to an exchange of this type, declared with its queues just before
+    # (None: the default exchange); pulsar-perf runs as for the others.
+    exchange_type: str | None = None
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -21,6 +24,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("1p1c", 1),
         Scenario("4p4c", 4),
         Scenario("1p1c-300", 1, 300.0),
+        Scenario("1p1c-fanout", 1, exchange_type="fanout"),
     )
 }
 

@@ -143,6 +143,11 @@ class PerfTestSpec:
     confirm_window: int = 100
     multi_ack_every: int = 50
     prefetch: int = 200
+    exchange_type: str | None = None  # publish to `<queue_prefix>-x` of this type
+
+    @property
+    def exchange(self) -> str:
+        return f"{self.queue_prefix}-x"
 
     @property
     def queue_names(self) -> list[str]:
@@ -168,6 +173,8 @@ def perftest_arguments(spec: PerfTestSpec) -> list[str]:
         # before PerfTest stops.
         "--time", str(spec.warmup_s + spec.duration_s + 1),
     ]  # fmt: skip
+    if spec.exchange_type is not None:
+        arguments += ["--type", spec.exchange_type, "--exchange", spec.exchange]
     if spec.rate_per_producer is not None:
         rate = spec.rate_per_producer
         arguments += ["--rate", str(int(rate)) if rate == int(rate) else str(rate)]

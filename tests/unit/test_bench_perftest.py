@@ -166,3 +166,10 @@ def test_a_fixed_rate_is_per_producer_and_whole_when_it_can_be() -> None:
     assert perftest_arguments(spec)[-2:] == ["--rate", "300"]
     spec = PerfTestSpec("amqp://x", "q", 4, 2, 5, rate_per_producer=75.5)
     assert perftest_arguments(spec)[-2:] == ["--rate", "75.5"]
+
+
+def test_a_scenario_with_an_exchange_type_publishes_to_an_exchange_of_its_own() -> None:
+    spec = PerfTestSpec("amqp://x", "perftest-run-fan", 1, 2, 5, exchange_type="fanout")
+    arguments = perftest_arguments(spec)
+    assert arguments[-4:] == ["--type", "fanout", "--exchange", "perftest-run-fan-x"]
+    assert "--type" not in perftest_arguments(PerfTestSpec("amqp://x", "q", 1, 2, 5))
