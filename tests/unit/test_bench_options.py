@@ -19,7 +19,7 @@ def test_the_java_suite_is_the_default() -> None:
     args, problem = parse()
     assert problem is None
     assert args.clients == "java"
-    assert args.scenarios == ["1p1c", "4p4c", "1p1c-300"]
+    assert args.scenarios == ["1p1c", "4p4c", "1p1c-300", "1p1c-fanout"]
     assert (args.duration, args.warmup) == (30, 10)
     assert args.targets == ["proxy", "rabbitmq", "pulsar"]
 
@@ -49,7 +49,10 @@ def test_the_soak_uses_the_python_clients() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--scenarios", "1x1"], "--clients java takes --scenarios from 1p1c,4p4c,1p1c-300"),
+        (
+            ["--scenarios", "1x1"],
+            "--clients java takes --scenarios from 1p1c,4p4c,1p1c-300,1p1c-fanout",
+        ),
         (["--clients", "python", "--scenarios", "4p4c"], "--clients python and --soak"),
         (["--warmup", "0"], "1 second or more"),
     ],
