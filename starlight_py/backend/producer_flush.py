@@ -67,6 +67,19 @@ def _library() -> Any:
     return library
 
 
+# Python's capsule functions, with prototypes of their own (setting restype on
+# ctypes.pythonapi's shared attributes would change them for everyone in the process).
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", ctypes.pythonapi))
+_capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+    ("PyCapsule_GetName", ctypes.pythonapi)
+)
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+
 @functools.cache
 def _conduit_arguments() -> tuple[bytes, object]:
     """pybind11's platform ABI id and a capsule of pulsar::Producer's type_info, what its
@@ -75,15 +88,11 @@ def _conduit_arguments() -> tuple[bytes, object]:
     name = type(getattr(record, "__self__", None)).__name__
     if not name.startswith(_FUNCTION_RECORD_PREFIX):
         raise NativeFlushUnavailable("pulsar-client's binding is not the pybind11 it expects")
-    extension = ctypes.PyDLL(_pulsar.__file__)
     try:
-        type_info = ctypes.c_void_p.in_dll(extension, _PRODUCER_TYPE_INFO)
+        type_info = ctypes.c_void_p.in_dll(_library(), _PRODUCER_TYPE_INFO)
     except ValueError as e:
         raise NativeFlushUnavailable(f"pulsar-client exports no {_PRODUCER_TYPE_INFO}") from e
-    new_capsule = ctypes.pythonapi.PyCapsule_New
-    new_capsule.restype = ctypes.py_object
-    new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    capsule = new_capsule(ctypes.addressof(type_info), _TYPE_INFO_CAPSULE, None)
+    capsule = _capsule_new(ctypes.addressof(type_info), _TYPE_INFO_CAPSULE, None)
     return name[len(_FUNCTION_RECORD_PREFIX) :].encode(), capsule
 
 
@@ -98,13 +107,7 @@ def _producer_address(raw: Any) -> int:
     capsule = conduit(abi, type_info, b"raw_pointer_ephemeral")
     if capsule is None:
         raise NativeFlushUnavailable("pulsar-client's pybind11 did not hand out its producer")
-    name = ctypes.pythonapi.PyCapsule_GetName
-    name.restype = ctypes.c_char_p
-    name.argtypes = [ctypes.py_object]
-    pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    pointer.restype = ctypes.c_void_p
-    pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    address: int | None = pointer(capsule, name(capsule))
+    address: int | None = _capsule_pointer(capsule, _capsule_name(capsule))
     if not address:
         raise NativeFlushUnavailable("pulsar-client's pybind11 handed out no producer")
     return address
