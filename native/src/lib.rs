@@ -8,12 +8,17 @@
 //!   one item, with its exchange and routing key decoded;
 //! - `encode_deliver` writes basic.deliver with its content header and body frames.
 //!
-//! Both are pure: bytes in, Python values out, no state and no I/O. `scan` never reports an
+//! It also holds the untracked Pulsar sends (`Sender`, in `pulsar_send`): messages built with
+//! pulsar-client's C API and handed to the producer a batch per release of the GIL.
+//!
+//! `scan` and `encode_deliver` are pure: bytes in, Python values out, no state and no I/O. `scan` never reports an
 //! error: it stops at the first frame that is incomplete or breaks the stream, and the
 //! Python decoder (`starlight_py.amqp.framing.FrameDecoder`) takes the rest from there, so
 //! every error keeps one wording, in one place. Anything irregular about a publish (another
 //! channel in between, a body in several frames, a name that is not UTF-8, a size over the
 //! limit) leaves its frames as they came, for the Python checks to judge.
+
+mod pulsar_send;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -286,5 +291,7 @@ fn encode_deliver<'py>(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan, m)?)?;
     m.add_function(wrap_pyfunction!(encode_deliver, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_send::bind, m)?)?;
+    m.add_class::<pulsar_send::Sender>()?;
     Ok(())
 }

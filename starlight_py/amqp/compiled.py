@@ -28,6 +28,11 @@ encode_deliver: Callable[[int, bytes, int, bool, str, str, bytes, bytes, int], b
     _native.encode_deliver if _native is not None else None
 )
 
+# `_native.Sender` and `_native.bind` (untracked Pulsar sends through pulsar-client's C API:
+# backend/producer_send.py), or None.
+pulsar_sender: Any = _native.Sender if _native is not None else None
+bind_pulsar_api: Callable[[list[int]], None] | None = _native.bind if _native is not None else None
+
 
 def loaded() -> bool:
     """True when the compiled module is in use (the proxy logs which at start)."""

@@ -53,7 +53,9 @@ def _on_flushed(result: int, ctx: int | None) -> None:
 
 
 @functools.cache
-def _library() -> Any:
+def c_library() -> Any:
+    """pulsar-client's library, through which its C API is called (flushes, and the
+    compiled sends of producer_send.py)."""
     library = ctypes.CDLL(_pulsar.__file__)  # its symbols and those of libpulsar it loads
     try:
         flush = library.pulsar_producer_flush_async
@@ -89,14 +91,16 @@ def _conduit_arguments() -> tuple[bytes, object]:
     if not name.startswith(_FUNCTION_RECORD_PREFIX):
         raise NativeFlushUnavailable("pulsar-client's binding is not the pybind11 it expects")
     try:
-        type_info = ctypes.c_void_p.in_dll(_library(), _PRODUCER_TYPE_INFO)
+        type_info = ctypes.c_void_p.in_dll(c_library(), _PRODUCER_TYPE_INFO)
     except ValueError as e:
         raise NativeFlushUnavailable(f"pulsar-client exports no {_PRODUCER_TYPE_INFO}") from e
     capsule = _capsule_new(ctypes.addressof(type_info), _TYPE_INFO_CAPSULE, None)
     return name[len(_FUNCTION_RECORD_PREFIX) :].encode(), capsule
 
 
-def _producer_address(raw: Any) -> int:
+def producer_address(raw: Any) -> int:
+    """The address of the C++ producer a `_pulsar.Producer` wraps: what the C API takes as
+    its pulsar_producer_t. Check it (`checked_producer_address`) before use."""
     abi, type_info = _conduit_arguments()
     conduit = getattr(raw, "_pybind11_conduit_v1_", None)
     if conduit is None:
@@ -113,6 +117,18 @@ def _producer_address(raw: Any) -> int:
     return address
 
 
+def checked_producer_address(raw: Any) -> int:
+    """`producer_address`, once the C API read the same topic from it as Python does.
+    Raises NativeFlushUnavailable."""
+    address = producer_address(raw)
+    seen = c_library().pulsar_producer_get_topic(address)
+    if seen is None or seen.decode() != raw.topic():
+        raise NativeFlushUnavailable(
+            f"pulsar-client's C API sees topic {seen!r} where Python sees {raw.topic()!r}"
+        )
+    return address
+
+
 class ProducerFlusher:
     """Flushes one `_pulsar.Producer` (kept alive by its owner) through the C API. The
     producer must be one pulsar-client created: the C API does not check what it is given."""
@@ -122,14 +138,13 @@ class ProducerFlusher:
     def __init__(self, raw: Any) -> None:
         """Raises NativeFlushUnavailable: this pulsar-client cannot do it (the message says
         why); the C API reads another topic from the address than Python does."""
-        library = _library()
-        self._address = _producer_address(raw)
-        seen = library.pulsar_producer_get_topic(self._address)
-        if seen is None or seen.decode() != raw.topic():
-            raise NativeFlushUnavailable(
-                f"pulsar-client's C API sees topic {seen!r} where Python sees {raw.topic()!r}"
-            )
-        self._flush = library.pulsar_producer_flush_async
+        self._address = checked_producer_address(raw)
+        self._flush = c_library().pulsar_producer_flush_async
+
+    @property
+    def address(self) -> int:
+        """The C++ producer's address, checked (the C API's pulsar_producer_t)."""
+        return self._address
 
     def flush(self, callback: ResultCallback | None) -> None:
         """Ask pulsar-client to send what it batched; `callback(result)` runs on a pulsar

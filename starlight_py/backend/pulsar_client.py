@@ -29,6 +29,7 @@ from starlight_py.backend.producer_flush import (
     ProducerFlusher,
     result_text,
 )
+from starlight_py.backend.producer_send import Sender, make_sender
 from starlight_py.backend.pulsar_admin import (
     BackendUnavailable,
     PulsarAuthenticationRefused,
@@ -154,7 +155,14 @@ class ProducerHandle:
         self._producer = producer
         self._raw = producer._producer
         # Flushes never go through the binding's flush_async (producer_flush.py says why).
-        self._flusher = flusher if flusher is not None else ProducerFlusher(self._raw)
+        # Untracked sends go through the compiled C API path when it is there
+        # (producer_send.py): built at once, handed over by `_send_pending`.
+        self._sender: Sender | None = None
+        if flusher is None:
+            native = ProducerFlusher(self._raw)
+            self._sender = make_sender(native.address)
+            flusher = native
+        self._flusher = flusher
         self._capacity = capacity
         self.topic = topic
         self.batching = batching
@@ -178,12 +186,21 @@ class ProducerHandle:
     def send(self, body: bytes, properties: dict[str, str]) -> None:
         """Queue a message; its outcome comes with the next `flush`. The caller checked
         `has_room()` and that the message is smaller than TRACKED_SIZE."""
-        builder = _pulsar.MessageBuilder()
-        builder.content(body)
-        builder.properties(properties)
-        self._raw.send_async(builder.build(), None)
+        sender = self._sender
+        if sender is None or not sender.add(body, properties):
+            self._send_pending()  # what the sender holds goes first
+            builder = _pulsar.MessageBuilder()
+            builder.content(body)
+            builder.properties(properties)
+            self._raw.send_async(builder.build(), None)
         self.in_flight += 1
         self._unflushed += 1
+
+    def _send_pending(self) -> None:
+        """Hand the compiled sender's messages to the producer: before a flush, and before
+        any other send, so that the topic's order is the order of the sends."""
+        if self._sender is not None:
+            self._sender.send_pending()
 
     def send_tracked(
         self,
@@ -201,6 +218,7 @@ class ProducerHandle:
         # in a batch entry of its own: pulsar-client acknowledges such an id as its whole
         # entry, which would take the messages batched with it along.
         alone = self.batching and stored is not None
+        self._send_pending()
         self._send_with_callback(self._raw, alone, body, properties, done, deliver_after_ms, stored)
 
     def send_large(
@@ -215,6 +233,7 @@ class ProducerHandle:
         what was sent before on this topic is stored (so this one cannot overtake it) and
         waits for `done` before sending more (so nothing overtakes this one)."""
         raw = self.large._producer
+        self._send_pending()
         self._send_with_callback(raw, False, body, properties, done, deliver_after_ms, stored)
 
     def _send_with_callback(
@@ -257,6 +276,7 @@ class ProducerHandle:
         error that failed them; `covered` is how many untracked sends it accounts for:
         report them to `flushed` on the trio thread."""
         covered, self._unflushed = self._unflushed, 0
+        self._send_pending()
 
         def callback(result: int) -> None:
             ok = result == 0
@@ -269,12 +289,14 @@ class ProducerHandle:
 
     def flush_blocking(self) -> None:
         """Block until every send so far is written (or failed)."""
+        self._send_pending()
         try:
             self._producer.flush()
         except pulsar.PulsarException as e:
             log.debug("flushing producer: %s", e)
 
     def close(self) -> None:
+        self._send_pending()
         for producer in (self._producer, self.large):
             if producer is None:
                 continue

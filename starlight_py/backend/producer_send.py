@@ -1,0 +1,99 @@
+"""Untracked sends through pulsar-client's C API, compiled (native/src/pulsar_send.rs).
+
+The binding's way costs five pybind11 calls per message, and its `send_async` lets go of
+the GIL each time: a reader or pulsar-client thread waiting for it takes it, and the trio
+thread then waits to get it back. A `Sender` builds each message at once with the C API
+and hands a batch of them to the producer with one release of the GIL (before the batch's
+flush, or before any other send on the producer, so the order stays the order of the
+publishes).
+
+It is used when the compiled module is there and this pulsar-client is one whose C send
+callback was checked: on success it passes a message id made for the callback, which the
+callback frees (pulsar-client 3.13). Otherwise, or with STARLIGHT_NATIVE=0 (no compiled
+code) or STARLIGHT_NATIVE_SEND=0 (only not this), producers send through the binding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.metadata
+import logging
+import os
+from typing import Any, Protocol
+
+from starlight_py.amqp import compiled
+from starlight_py.backend.producer_flush import NativeFlushUnavailable, c_library
+
+log = logging.getLogger("starlight.pulsar")
+
+# pulsar-client versions (major.minor) whose pulsar_producer_send_async was checked: the
+# callback is called on every outcome, with a message id it must free on success.
+CHECKED_VERSIONS = ("3.13",)
+_FUNCTIONS = (
+    "pulsar_message_create",
+    "pulsar_message_set_content",
+    "pulsar_message_set_property",
+    "pulsar_message_free",
+    "pulsar_producer_send_async",
+    "pulsar_message_id_free",
+)
+
+
+class Sender(Protocol):
+    """What ProducerHandle uses of `_native.Sender`."""
+
+    def add(self, body: object, properties: dict[str, str]) -> bool: ...
+    def send_pending(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    def discard(self) -> int: ...
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pulsar-client")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _address(function: Any) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
+@functools.cache
+def available() -> str | None:
+    """None when compiled sends can be used; else why not (logged once by the caller)."""
+    if compiled.pulsar_sender is None or compiled.bind_pulsar_api is None:
+        return "the compiled module is not in use"
+    if os.environ.get("STARLIGHT_NATIVE_SEND", "1") == "0":
+        return "STARLIGHT_NATIVE_SEND=0"
+    version = _version()
+    if ".".join(version.split(".")[:2]) not in CHECKED_VERSIONS:
+        return f"pulsar-client {version} is not one whose C send API was checked"
+    try:
+        library = c_library()
+        addresses = [_address(getattr(library, name)) for name in _FUNCTIONS]
+    except (AttributeError, NativeFlushUnavailable) as e:
+        return f"pulsar-client exports no C send API: {e}"
+    compiled.bind_pulsar_api(addresses)
+    return None
+
+
+@functools.cache
+def _log_path() -> None:
+    reason = available()
+    if reason is None:
+        log.info("untracked Pulsar sends go through the compiled C API path")
+    else:
+        log.info("untracked Pulsar sends go through pulsar-client's binding: %s", reason)
+
+
+def make_sender(producer_address: int) -> Sender | None:
+    """A compiled sender for the (checked) C++ producer at this address, or None when this
+    installation sends through the binding."""
+    _log_path()
+    if available() is not None:
+        return None
+    sender: Sender = compiled.pulsar_sender(producer_address)
+    return sender

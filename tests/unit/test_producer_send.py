@@ -1,0 +1,78 @@
+"""The compiled sender's choices (starlight_py/backend/producer_send.py and
+native/src/pulsar_send.rs), without a broker: messages are built with pulsar-client's C API
+and kept, or refused for the binding to send; nothing here is ever handed to a producer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from starlight_py.amqp import compiled
+from starlight_py.backend import producer_send
+
+# Never sent to: `send_pending` is not called on this sender.
+NO_PRODUCER = 1
+
+pytestmark = pytest.mark.skipif(
+    compiled.pulsar_sender is None, reason="the compiled module is not in use"
+)
+
+
+@pytest.fixture
+def sender() -> Iterator[producer_send.Sender]:
+    assert producer_send.available() is None
+    made = producer_send.make_sender(NO_PRODUCER)
+    assert made is not None
+    yield made
+    made.discard()
+
+
+def test_messages_with_text_properties_are_built_and_kept(sender: producer_send.Sender) -> None:
+    assert sender.add(b"body", {"a": "1", "ünï": "çödé ✓"})
+    assert sender.add(b"", {})
+    assert sender.add(b"\x00" * 10_000, {"k": ""})
+    assert sender.pending == 3
+    assert sender.discard() == 3
+    assert sender.pending == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "properties"),
+    [
+        (b"x", {"k": "a\x00b"}),  # C strings end at a NUL
+        (b"x", {"a\x00b": "v"}),
+        (bytearray(b"x"), {}),  # not bytes
+        (memoryview(b"x"), {}),
+        (b"x", {"k": 1}),  # not str
+        (b"x", {"k": "\ud800"}),  # not UTF-8
+    ],
+)
+def test_what_the_c_api_cannot_carry_is_left_to_the_binding(
+    sender: producer_send.Sender, body: object, properties: dict[str, str]
+) -> None:
+    assert not sender.add(body, properties)
+    assert sender.pending == 0
+
+
+def test_a_pulsar_client_whose_c_send_api_was_not_checked_sends_through_the_binding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    producer_send.available.cache_clear()
+    monkeypatch.setattr(producer_send, "_version", lambda: "3.14.0")
+    try:
+        assert producer_send.available() == (
+            "pulsar-client 3.14.0 is not one whose C send API was checked"
+        )
+        assert producer_send.make_sender(NO_PRODUCER) is None
+    finally:
+        producer_send.available.cache_clear()
+
+
+def test_it_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer_send.available.cache_clear()
+    monkeypatch.setenv("STARLIGHT_NATIVE_SEND", "0")
+    try:
+        assert producer_send.available() == "STARLIGHT_NATIVE_SEND=0"
+    finally:
+        producer_send.available.cache_clear()
