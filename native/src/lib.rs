@@ -9,7 +9,8 @@
 //! - `encode_deliver` writes basic.deliver with its content header and body frames.
 //!
 //! It also holds the untracked Pulsar sends (`Sender`, in `pulsar_send`): messages built with
-//! pulsar-client's C API and handed to the producer a batch per release of the GIL.
+//! pulsar-client's C API and handed to the producer a batch per release of the GIL; and the
+//! acknowledgements of received messages (`acknowledge`, in `pulsar_ack`), the same way.
 //!
 //! `scan` and `encode_deliver` are pure: bytes in, Python values out, no state and no I/O. `scan` never reports an
 //! error: it stops at the first frame that is incomplete or breaks the stream, and the
@@ -18,6 +19,7 @@
 //! channel in between, a body in several frames, a name that is not UTF-8, a size over the
 //! limit) leaves its frames as they came, for the Python checks to judge.
 
+mod pulsar_ack;
 mod pulsar_send;
 
 use pyo3::buffer::PyBuffer;
@@ -293,5 +295,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_deliver, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_send::bind, m)?)?;
     m.add_class::<pulsar_send::Sender>()?;
+    m.add_function(wrap_pyfunction!(pulsar_ack::bind_acknowledge, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_ack::acknowledge, m)?)?;
     Ok(())
 }

@@ -83,25 +83,25 @@ _capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c
 
 
 @functools.cache
-def _conduit_arguments() -> tuple[bytes, object]:
-    """pybind11's platform ABI id and a capsule of pulsar::Producer's type_info, what its
-    `_pybind11_conduit_v1_` asks for."""
+def conduit_arguments(type_symbol: str) -> tuple[bytes, object]:
+    """pybind11's platform ABI id and a capsule of the type_info named `type_symbol` (a C++
+    type's mangled typeinfo symbol), what `_pybind11_conduit_v1_` asks for."""
     record = getattr(_pulsar.Producer.__dict__["topic"], "__func__", None)
     name = type(getattr(record, "__self__", None)).__name__
     if not name.startswith(_FUNCTION_RECORD_PREFIX):
         raise NativeFlushUnavailable("pulsar-client's binding is not the pybind11 it expects")
     try:
-        type_info = ctypes.c_void_p.in_dll(c_library(), _PRODUCER_TYPE_INFO)
+        type_info = ctypes.c_void_p.in_dll(c_library(), type_symbol)
     except ValueError as e:
-        raise NativeFlushUnavailable(f"pulsar-client exports no {_PRODUCER_TYPE_INFO}") from e
+        raise NativeFlushUnavailable(f"pulsar-client exports no {type_symbol}") from e
     capsule = _capsule_new(ctypes.addressof(type_info), _TYPE_INFO_CAPSULE, None)
     return name[len(_FUNCTION_RECORD_PREFIX) :].encode(), capsule
 
 
-def producer_address(raw: Any) -> int:
-    """The address of the C++ producer a `_pulsar.Producer` wraps: what the C API takes as
-    its pulsar_producer_t. Check it (`checked_producer_address`) before use."""
-    abi, type_info = _conduit_arguments()
+def conduit_address(raw: Any, type_symbol: str) -> int:
+    """The address of the C++ object (of the type `type_symbol` names) that the pybind11
+    object `raw` wraps. Raises NativeFlushUnavailable."""
+    abi, type_info = conduit_arguments(type_symbol)
     conduit = getattr(raw, "_pybind11_conduit_v1_", None)
     if conduit is None:
         raise NativeFlushUnavailable(
@@ -110,11 +110,19 @@ def producer_address(raw: Any) -> int:
         )
     capsule = conduit(abi, type_info, b"raw_pointer_ephemeral")
     if capsule is None:
-        raise NativeFlushUnavailable("pulsar-client's pybind11 did not hand out its producer")
+        raise NativeFlushUnavailable(
+            f"pulsar-client's pybind11 did not hand out its {type(raw).__name__}"
+        )
     address: int | None = _capsule_pointer(capsule, _capsule_name(capsule))
     if not address:
-        raise NativeFlushUnavailable("pulsar-client's pybind11 handed out no producer")
+        raise NativeFlushUnavailable(f"pulsar-client's pybind11 handed out no {type(raw).__name__}")
     return address
+
+
+def producer_address(raw: Any) -> int:
+    """The address of the C++ producer a `_pulsar.Producer` wraps: what the C API takes as
+    its pulsar_producer_t. Check it (`checked_producer_address`) before use."""
+    return conduit_address(raw, _PRODUCER_TYPE_INFO)
 
 
 def checked_producer_address(raw: Any) -> int:

@@ -10,7 +10,8 @@ publishes).
 It is used when the compiled module is there and this pulsar-client is one whose C send
 callback was checked: on success it passes a message id made for the callback, which the
 callback frees (pulsar-client 3.13). Otherwise, or with STARLIGHT_NATIVE=0 (no compiled
-code) or STARLIGHT_NATIVE_SEND=0 (only not this), producers send through the binding.
+code) or STARLIGHT_NATIVE_PULSAR=0 (the compiled frame codec, but pulsar-client calls through
+its binding), producers send through the binding.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def available() -> str | None:
     """None when compiled sends can be used; else why not (logged once by the caller)."""
     if compiled.pulsar_sender is None or compiled.bind_pulsar_api is None:
         return "the compiled module is not in use"
-    if os.environ.get("STARLIGHT_NATIVE_SEND", "1") == "0":
-        return "STARLIGHT_NATIVE_SEND=0"
+    if os.environ.get("STARLIGHT_NATIVE_PULSAR", "1") == "0":
+        return "STARLIGHT_NATIVE_PULSAR=0"
     version = _version()
     if ".".join(version.split(".")[:2]) not in CHECKED_VERSIONS:
         return f"pulsar-client {version} is not one whose C send API was checked"

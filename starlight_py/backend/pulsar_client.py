@@ -23,6 +23,7 @@ import _pulsar
 import pulsar
 
 from starlight_py.backend.broker_auth import BrokerAuthError, BrokerClientSettings
+from starlight_py.backend.consumer_ack import Acknowledger, make_acknowledger
 from starlight_py.backend.producer_flush import (
     Flusher,
     NativeFlushUnavailable,
@@ -342,6 +343,8 @@ class ConsumerHandle:
         self.subscription = subscription
         self._consumer: Any = None  # the _pulsar.Consumer
         self._wrapper: Any = None  # the pulsar.Consumer that owns it
+        # Acknowledges through the compiled C API path when it is there (consumer_ack.py).
+        self._acknowledger: Acknowledger | None = None
         self.paused = False
         self._closed = False
         self._close_lock = threading.Lock()
@@ -350,11 +353,23 @@ class ConsumerHandle:
         self._reader: threading.Thread | None = None
 
     def acknowledge(self, message: ReceivedMessage) -> None:
+        if self._acknowledger is not None:
+            self._acknowledger.acknowledge([message])
+            return
         try:
             self._consumer.acknowledge(message.raw)
         except pulsar.PulsarException as e:
             # The consumer closed meanwhile: the broker redelivers; at-least-once holds.
             log.debug("acknowledge failed: %s", e)
+
+    def acknowledge_all(self, messages: list[ReceivedMessage]) -> None:
+        """Acknowledge messages this consumer received (one release of the GIL for all of
+        them on the compiled path)."""
+        if self._acknowledger is not None:
+            self._acknowledger.acknowledge(messages)
+            return
+        for message in messages:
+            self.acknowledge(message)
 
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
         try:
@@ -639,6 +654,7 @@ class PulsarBackend:
             raise BackendError(f"cannot consume from {topic}: {e}") from e
         handle._wrapper = wrapper
         handle._consumer = wrapper._consumer
+        handle._acknowledger = make_acknowledger(wrapper._consumer)
         if listener is not None:
             handle.start_reading(listener)
         return handle

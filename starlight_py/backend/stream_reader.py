@@ -40,6 +40,9 @@ class StreamReaderHandle(ConsumerHandle):
     def acknowledge(self, message: ReceivedMessage) -> None:
         """Nothing to acknowledge: the stream keeps every message."""
 
+    def acknowledge_all(self, messages: list[ReceivedMessage]) -> None:
+        """Nothing to acknowledge: the stream keeps every message."""
+
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
         """Nothing goes back: the reader has moved on, as a RabbitMQ stream consumer."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -550,8 +550,9 @@ class Consumers:
             self._handlers[type(command)](self, session, command)
 
     def _ack(self, session: ChannelSession, command: AckMessages) -> None:
-        for message in command.sources:
-            message.handle.acknowledge(message)
+        # One call per run of messages of the same Pulsar consumer (usually one run).
+        for handle, messages in runs_by_handle(command.sources):
+            handle.acknowledge_all(messages)
         self.getters.settled(session, command.sources)
 
     def _requeue(self, session: ChannelSession, command: RequeueMessages) -> None:
@@ -692,3 +693,17 @@ class Consumers:
 def new_consumer_tag(requested: object) -> str:
     """The consumer tag asked for, or a server-generated one as RabbitMQ makes them."""
     return _name(requested) or "amq.ctag-" + secrets.token_urlsafe(16)[:22]
+
+
+def runs_by_handle(messages: list[Any]) -> Iterator[tuple[Any, list[Any]]]:
+    """The messages in runs that share their `handle` (the Pulsar consumer that read
+    them), in order: (handle, run)."""
+    if not messages:
+        return
+    handle = messages[0].handle
+    start = 0
+    for index, message in enumerate(messages):
+        if message.handle is not handle:
+            yield handle, messages[start:index]
+            handle, start = message.handle, index
+    yield handle, messages[start:] if start else messages

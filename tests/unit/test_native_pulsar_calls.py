@@ -10,6 +10,7 @@ import pytest
 
 from starlight_py.amqp import compiled
 from starlight_py.backend import producer_send
+from starlight_py.gateway.consuming import runs_by_handle
 
 # Never sent to: `send_pending` is not called on this sender.
 NO_PRODUCER = 1
@@ -71,8 +72,23 @@ def test_a_pulsar_client_whose_c_send_api_was_not_checked_sends_through_the_bind
 
 def test_it_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     producer_send.available.cache_clear()
-    monkeypatch.setenv("STARLIGHT_NATIVE_SEND", "0")
+    monkeypatch.setenv("STARLIGHT_NATIVE_PULSAR", "0")
     try:
-        assert producer_send.available() == "STARLIGHT_NATIVE_SEND=0"
+        assert producer_send.available() == "STARLIGHT_NATIVE_PULSAR=0"
     finally:
         producer_send.available.cache_clear()
+
+
+class _Message:
+    def __init__(self, handle: str, number: int) -> None:
+        self.handle = handle
+        self.number = number
+
+
+def test_acknowledgements_go_in_runs_of_one_pulsar_consumer_in_order() -> None:
+    messages = [_Message(h, n) for n, h in enumerate("aaabbacc")]
+    runs = [(h, [m.number for m in run]) for h, run in runs_by_handle(messages)]
+    assert runs == [("a", [0, 1, 2]), ("b", [3, 4]), ("a", [5]), ("c", [6, 7])]
+    one = [_Message("a", 0), _Message("a", 1)]
+    assert [run for _, run in runs_by_handle(one)] == [one]
+    assert list(runs_by_handle([])) == []

@@ -1,8 +1,11 @@
-"""Untracked sends through the compiled C API path (starlight_py/backend/producer_send.py,
-native/src/pulsar_send.rs): what reaches Pulsar is what was sent, in the order it was sent,
-whichever path each message took (compiled, or the binding when the C API cannot carry its
-properties, or a tracked send with a callback), and nothing is left behind by the pool's
-blocking flush."""
+"""pulsar-client calls through its C API, compiled.
+
+Untracked sends (starlight_py/backend/producer_send.py, native/src/pulsar_send.rs): what
+reaches Pulsar is what was sent, in the order it was sent, whichever path each message took
+(compiled, or the binding when the C API cannot carry its properties, or a tracked send with
+a callback), and nothing is left behind by the pool's blocking flush. Acknowledgements
+(backend/consumer_ack.py, native/src/pulsar_ack.rs) settle exactly the messages
+acknowledged."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import threading
 
 import pulsar
 
-from starlight_py.backend import producer_send
+from starlight_py.backend import consumer_ack, producer_send
 from starlight_py.backend.pulsar_client import ProducerHandle
 from starlight_py.local import ServiceEndpoints
 from tests.support.amqp_fixtures import unique
@@ -110,5 +113,56 @@ def test_messages_waiting_in_the_compiled_sender_are_sent_by_a_blocking_flush(
         handle.flush_blocking()  # what the pool does before it closes a producer
         assert _read_all(client, topic, 20) == [(b"%d" % n, {"n": str(n)}) for n in range(20)]
         handle.close()
+    finally:
+        client.close()
+
+
+class _Received:
+    """What Acknowledger reads of a ReceivedMessage."""
+
+    def __init__(self, raw: object) -> None:
+        self.raw = raw
+
+
+def test_compiled_acknowledgements_settle_exactly_the_messages_acknowledged(
+    services: ServiceEndpoints,
+) -> None:
+    """Batched messages, every tenth left unacknowledged: after the consumer closes, the
+    subscription gives back those and nothing else (batch-index acknowledgements)."""
+    client = pulsar.Client(services.pulsar_service_url)
+    try:
+        topic = _topic()
+        options = {
+            "consumer_type": pulsar.ConsumerType.Shared,
+            "batch_index_ack_enabled": True,
+        }
+        consumer = client.subscribe(topic, "s", **options)
+        acknowledger = consumer_ack.make_acknowledger(consumer._consumer)
+        assert acknowledger is not None  # the compiled path is the one tested
+        producer = client.create_producer(
+            topic, batching_enabled=True, batching_max_publish_delay_ms=5
+        )
+        total = 3000
+        for number in range(total):
+            producer.send_async(b"%d" % number, None)
+            if number % 500 == 499:
+                producer.flush()
+        producer.flush()
+        received = 0
+        while received < total:
+            batch = [_Received(consumer._consumer.receive(10_000)) for _ in range(100)]
+            received += len(batch)
+            acknowledger.acknowledge([m for m in batch if int(m.raw.data()) % 10 != 3])
+        consumer.close()
+        again = client.subscribe(topic, "s", **options)
+        left = []
+        while True:
+            try:
+                message = again.receive(3000)
+            except pulsar.Timeout:
+                break
+            left.append(int(message.data()))
+            again.acknowledge(message)
+        assert sorted(left) == [n for n in range(total) if n % 10 == 3]
     finally:
         client.close()

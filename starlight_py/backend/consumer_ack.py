@@ -1,0 +1,108 @@
+"""Acknowledgements through pulsar-client's C API, compiled (native/src/pulsar_ack.rs).
+
+The binding's `Consumer.acknowledge` waits for each acknowledgement's result and lets go of
+the GIL while it waits, once per message. `Acknowledger` hands a batch of acknowledgements
+to pulsar-client with one release of the GIL, without waiting: pulsar-client groups them
+and sends them within its grouping time, as it does for the binding's.
+
+It is used when the compiled module is there (and STARLIGHT_NATIVE_PULSAR is not 0); the
+consumer's address comes from pybind11's conduit and is checked against the C API's view
+of its topic and subscription before use. Otherwise consumers acknowledge through the
+binding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+from typing import Any
+
+from starlight_py.amqp import compiled
+from starlight_py.backend.producer_flush import (
+    NativeFlushUnavailable,
+    c_library,
+    conduit_address,
+    conduit_arguments,
+)
+
+log = logging.getLogger("starlight.pulsar")
+
+_CONSUMER_TYPE_INFO = "_ZTIN6pulsar8ConsumerE"  # typeid(pulsar::Consumer)
+_MESSAGE_ID_TYPE_INFO = "_ZTIN6pulsar9MessageIdE"  # typeid(pulsar::MessageId)
+
+
+@functools.cache
+def available() -> str | None:
+    """None when compiled acknowledgements can be used; else why not."""
+    if compiled.acknowledge is None or compiled.bind_acknowledge is None:
+        return "the compiled module is not in use"
+    if os.environ.get("STARLIGHT_NATIVE_PULSAR", "1") == "0":
+        return "STARLIGHT_NATIVE_PULSAR=0"
+    try:
+        library = c_library()
+        function = library.pulsar_consumer_acknowledge_async_id
+        for name in ("pulsar_consumer_get_topic", "pulsar_consumer_get_subscription_name"):
+            getattr(library, name).argtypes = [ctypes.c_void_p]
+            getattr(library, name).restype = ctypes.c_char_p
+        abi, type_info = conduit_arguments(_MESSAGE_ID_TYPE_INFO)
+    except (AttributeError, NativeFlushUnavailable) as e:
+        return f"pulsar-client exports no C acknowledgement API: {e}"
+    compiled.bind_acknowledge(ctypes.cast(function, ctypes.c_void_p).value or 0, abi, type_info)
+    return None
+
+
+@functools.cache
+def _log_path() -> None:
+    reason = available()
+    if reason is None:
+        log.info("acknowledgements go through the compiled C API path")
+    else:
+        log.info("acknowledgements go through pulsar-client's binding: %s", reason)
+
+
+class Acknowledger:
+    """Acknowledges messages of one `_pulsar.Consumer` (kept alive by its owner)."""
+
+    __slots__ = ("_address",)
+
+    def __init__(self, address: int) -> None:
+        self._address = address
+
+    def acknowledge(self, messages: list[Any]) -> int:
+        """Acknowledge each `message.raw` (a `_pulsar.Message` this consumer received)."""
+        assert compiled.acknowledge is not None
+        return compiled.acknowledge(self._address, messages)
+
+
+def make_acknowledger(raw: Any) -> Acknowledger | None:
+    """An Acknowledger for a `_pulsar.Consumer`, or None when this installation (or this
+    consumer: the C API must see the topic and subscription Python sees) acknowledges
+    through the binding."""
+    _log_path()
+    if available() is not None:
+        return None
+    try:
+        address = conduit_address(raw, _CONSUMER_TYPE_INFO)
+    except NativeFlushUnavailable as e:
+        log.info("acknowledging through the binding: %s", e)
+        return None
+    library = c_library()
+    topic = library.pulsar_consumer_get_topic(address)
+    subscription = library.pulsar_consumer_get_subscription_name(address)
+    if (
+        topic is None
+        or topic.decode() != raw.topic()
+        or (subscription is None or subscription.decode() != raw.subscription_name())
+    ):
+        log.warning(
+            "acknowledging through the binding: pulsar-client's C API sees %r/%r where "
+            "Python sees %r/%r",
+            topic,
+            subscription,
+            raw.topic(),
+            raw.subscription_name(),
+        )
+        return None
+    return Acknowledger(address)
