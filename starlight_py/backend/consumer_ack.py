@@ -53,15 +53,6 @@ def available() -> str | None:
     return None
 
 
-@functools.cache
-def _log_path() -> None:
-    reason = available()
-    if reason is None:
-        log.info("acknowledgements go through the compiled C API path")
-    else:
-        log.info("acknowledgements go through pulsar-client's binding: %s", reason)
-
-
 class Acknowledger:
     """Acknowledges messages of one `_pulsar.Consumer` (kept alive by its owner)."""
 
@@ -80,7 +71,6 @@ def make_acknowledger(raw: Any) -> Acknowledger | None:
     """An Acknowledger for a `_pulsar.Consumer`, or None when this installation (or this
     consumer: the C API must see the topic and subscription Python sees) acknowledges
     through the binding."""
-    _log_path()
     if available() is not None:
         return None
     try:

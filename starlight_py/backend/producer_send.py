@@ -19,14 +19,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.metadata
-import logging
 import os
 from typing import Any, Protocol
 
 from starlight_py.amqp import compiled
 from starlight_py.backend.producer_flush import NativeFlushUnavailable, c_library
-
-log = logging.getLogger("starlight.pulsar")
 
 # pulsar-client versions (major.minor) whose pulsar_producer_send_async was checked: the
 # callback is called on every outcome, with a message id it must free on success.
@@ -81,19 +78,9 @@ def available() -> str | None:
     return None
 
 
-@functools.cache
-def _log_path() -> None:
-    reason = available()
-    if reason is None:
-        log.info("untracked Pulsar sends go through the compiled C API path")
-    else:
-        log.info("untracked Pulsar sends go through pulsar-client's binding: %s", reason)
-
-
 def make_sender(producer_address: int) -> Sender | None:
     """A compiled sender for the (checked) C++ producer at this address, or None when this
     installation sends through the binding."""
-    _log_path()
     if available() is not None:
         return None
     sender: Sender = compiled.pulsar_sender(producer_address)
