@@ -16,7 +16,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::OnceLock;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 type SendCallback = extern "C" fn(c_int, *mut c_void, *mut c_void);
 
@@ -81,12 +81,31 @@ extern "C" fn on_sent(_result: c_int, message_id: *mut c_void, _ctx: *mut c_void
     }
 }
 
+/// Whose turn it is to hand messages to the producer: `send_pending` takes a ticket with the
+/// GIL, in the order the messages were added, and hands them over without it, in ticket
+/// order. Two threads may call it (the trio thread, and a worker thread's blocking flush);
+/// without turns, the later batch could overtake the earlier one on the topic.
+struct Turns {
+    serving: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Turns {
+    fn serving(&self) -> std::sync::MutexGuard<'_, u64> {
+        // Nothing panics while holding it; a poisoned lock still holds a valid counter.
+        self.serving.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The untracked sends of one producer, built and waiting to be handed over.
 #[pyclass(module = "starlight_py.amqp._native")]
 pub struct Sender {
     producer: usize,
     /// pulsar_message_t pointers, owned here until sent.
     pending: Vec<usize>,
+    /// The ticket the next `send_pending` takes.
+    next_ticket: u64,
+    turns: Arc<Turns>,
     /// Scratch for the properties as NUL-terminated strings, and where each key and
     /// value starts in it.
     scratch: Vec<u8>,
@@ -134,6 +153,11 @@ impl Sender {
         Ok(Sender {
             producer,
             pending: Vec::new(),
+            next_ticket: 0,
+            turns: Arc::new(Turns {
+                serving: Mutex::new(0),
+                changed: Condvar::new(),
+            }),
             scratch: Vec::new(),
             offsets: Vec::new(),
         })
@@ -166,18 +190,35 @@ impl Sender {
     }
 
     /// Hand every kept message to the producer, in the order they were added, with the GIL
-    /// let go once; returns how many.
+    /// let go once; returns how many. It returns once everything added before the call was
+    /// handed over, by this call or by another thread's, so that what the caller sends next
+    /// (through the binding) comes after it.
     fn send_pending(slf: &Bound<'_, Self>) -> PyResult<usize> {
-        let (producer, pending) = {
-            let mut me = slf.borrow_mut();
-            (me.producer, std::mem::take(&mut me.pending))
-        };
-        if pending.is_empty() {
-            return Ok(0);
-        }
         let api = api()?;
+        let (producer, pending, ticket, turns) = {
+            let mut me = slf.borrow_mut();
+            if me.pending.is_empty() && *me.turns.serving() == me.next_ticket {
+                return Ok(0); // nothing kept, nothing being handed over
+            }
+            let ticket = me.next_ticket;
+            me.next_ticket += 1;
+            (
+                me.producer,
+                std::mem::take(&mut me.pending),
+                ticket,
+                Arc::clone(&me.turns),
+            )
+        };
         let count = pending.len();
         slf.py().allow_threads(move || {
+            let mut serving = turns.serving();
+            while *serving != ticket {
+                serving = turns
+                    .changed
+                    .wait(serving)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            drop(serving);
             for message in pending {
                 // SAFETY: the producer outlives its sender; each message was made by
                 // pulsar_message_create and is sent and freed once (sendAsync keeps its
@@ -192,6 +233,8 @@ impl Sender {
                     (api.message_free)(message as *mut c_void);
                 }
             }
+            *turns.serving() += 1;
+            turns.changed.notify_all();
         });
         Ok(count)
     }

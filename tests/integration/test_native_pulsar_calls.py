@@ -10,10 +10,12 @@ acknowledged."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pulsar
 
 from starlight_py.backend import consumer_ack, producer_send
+from starlight_py.backend.producer_flush import ProducerFlusher
 from starlight_py.backend.pulsar_client import ProducerHandle
 from starlight_py.local import ServiceEndpoints
 from tests.support.amqp_fixtures import unique
@@ -164,5 +166,52 @@ def test_compiled_acknowledgements_settle_exactly_the_messages_acknowledged(
             left.append(int(message.data()))
             again.acknowledge(message)
         assert sorted(left) == [n for n in range(total) if n % 10 == 3]
+    finally:
+        client.close()
+
+
+def test_batches_handed_over_by_two_threads_keep_the_order_they_were_added_in(
+    services: ServiceEndpoints,
+) -> None:
+    """A worker thread's blocking flush (ProducerPool.flush_all) hands over what the sender
+    kept while the trio thread goes on adding and handing over: the topic keeps the order of
+    the adds."""
+    client = pulsar.Client(services.pulsar_service_url)
+    try:
+        topic = _topic()
+        total = 20_000
+        producer = client.create_producer(
+            topic,
+            batching_enabled=True,
+            batching_max_publish_delay_ms=1,
+            # A full queue makes a hand-over wait for room in the middle of its batch: the
+            # other thread's batch would overtake it then.
+            block_if_queue_full=True,
+            max_pending_messages=200,
+        )
+        sender = producer_send.make_sender(ProducerFlusher(producer._producer).address)
+        assert sender is not None
+        stop = threading.Event()
+
+        def hand_over() -> None:
+            while not stop.is_set():
+                sender.send_pending()
+
+        worker = threading.Thread(target=hand_over)
+        worker.start()
+        try:
+            for number in range(total):
+                assert sender.add(b"%d" % number, {})
+                if number % 500 == 0:
+                    sender.send_pending()
+                elif number % 50 == 25:
+                    time.sleep(0)  # lets the worker take what was added so far
+            sender.send_pending()
+        finally:
+            stop.set()
+            worker.join()
+        producer.flush()
+        seen = [int(body) for body, _ in _read_all(client, topic, total)]
+        assert seen == list(range(total))
     finally:
         client.close()
