@@ -19,6 +19,8 @@ import logging
 import os
 from typing import Any
 
+import _pulsar
+
 from starlight_py.amqp import compiled
 from starlight_py.backend.producer_flush import (
     NativeFlushUnavailable,
@@ -47,6 +49,8 @@ def available() -> str | None:
             getattr(library, name).argtypes = [ctypes.c_void_p]
             getattr(library, name).restype = ctypes.c_char_p
         abi, type_info = conduit_arguments(_MESSAGE_ID_TYPE_INFO)
+        # The conduit hands out a message id (what every acknowledgement relies on).
+        conduit_address(_pulsar.MessageId.earliest, _MESSAGE_ID_TYPE_INFO)
     except (AttributeError, NativeFlushUnavailable) as e:
         return f"pulsar-client exports no C acknowledgement API: {e}"
     compiled.bind_acknowledge(ctypes.cast(function, ctypes.c_void_p).value or 0, abi, type_info)

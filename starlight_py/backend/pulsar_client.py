@@ -354,7 +354,7 @@ class ConsumerHandle:
 
     def acknowledge(self, message: ReceivedMessage) -> None:
         if self._acknowledger is not None:
-            self._acknowledger.acknowledge([message])
+            self.acknowledge_all([message])
             return
         try:
             self._consumer.acknowledge(message.raw)
@@ -365,9 +365,16 @@ class ConsumerHandle:
     def acknowledge_all(self, messages: list[ReceivedMessage]) -> None:
         """Acknowledge messages this consumer received (one release of the GIL for all of
         them on the compiled path)."""
-        if self._acknowledger is not None:
-            self._acknowledger.acknowledge(messages)
-            return
+        acknowledger = self._acknowledger
+        if acknowledger is not None:
+            try:
+                acknowledger.acknowledge(messages)
+                return
+            except (RuntimeError, TypeError, AttributeError) as e:
+                # The compiled path could not take an id (it acknowledged none of them):
+                # this consumer acknowledges through the binding from now on.
+                log.warning("acknowledging on %s through the binding: %s", self.topic, e)
+                self._acknowledger = None
         for message in messages:
             self.acknowledge(message)
 

@@ -10,7 +10,10 @@ import pytest
 
 from starlight_py.amqp import compiled
 from starlight_py.backend import producer_send
+from starlight_py.backend.pulsar_client import ConsumerHandle
 from starlight_py.gateway.consuming import runs_by_handle
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import TopicName
 
 # Never sent to: `send_pending` is not called on this sender.
 NO_PRODUCER = 1
@@ -92,3 +95,35 @@ def test_acknowledgements_go_in_runs_of_one_pulsar_consumer_in_order() -> None:
     one = [_Message("a", 0), _Message("a", 1)]
     assert [run for _, run in runs_by_handle(one)] == [one]
     assert list(runs_by_handle([])) == []
+
+
+class _Binding:
+    def __init__(self) -> None:
+        self.acknowledged: list[object] = []
+
+    def acknowledge(self, raw: object) -> None:
+        self.acknowledged.append(raw)
+
+
+class _Failing:
+    def acknowledge(self, messages: list[object]) -> int:
+        raise TypeError("'NoneType' object cannot be converted to 'PyCapsule'")
+
+
+def test_a_consumer_whose_ids_the_compiled_path_cannot_take_acknowledges_through_the_binding() -> (
+    None
+):
+    handle = ConsumerHandle(TopicName(NamespaceName("public", "default"), "t"), "s")
+    binding = _Binding()
+    handle._consumer = binding
+    handle._acknowledger = _Failing()  # type: ignore[assignment]
+    messages = [_Received("a"), _Received("b")]
+    handle.acknowledge_all(messages)  # type: ignore[arg-type]
+    handle.acknowledge(_Received("c"))  # type: ignore[arg-type]
+    assert binding.acknowledged == ["a", "b", "c"]
+    assert handle._acknowledger is None
+
+
+class _Received:
+    def __init__(self, raw: object) -> None:
+        self.raw = raw
