@@ -61,7 +61,7 @@ def _address(function: Any) -> int:
 
 @functools.cache
 def available() -> str | None:
-    """None when compiled sends can be used; else why not (logged once by the caller)."""
+    """None when compiled sends can be used; else why not (the proxy logs it at start)."""
     if compiled.pulsar_sender is None or compiled.bind_pulsar_api is None:
         return "the compiled module is not in use"
     if os.environ.get("STARLIGHT_NATIVE_PULSAR", "1") == "0":
