@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
 from typing import Any
 
 import _pulsar
@@ -28,6 +27,7 @@ from starlight_py.backend.producer_flush import (
     conduit_address,
     conduit_arguments,
 )
+from starlight_py.backend.producer_send import turned_off
 
 log = logging.getLogger("starlight.pulsar")
 
@@ -38,10 +38,9 @@ _MESSAGE_ID_TYPE_INFO = "_ZTIN6pulsar9MessageIdE"  # typeid(pulsar::MessageId)
 @functools.cache
 def available() -> str | None:
     """None when compiled acknowledgements can be used; else why not."""
-    if compiled.acknowledge is None or compiled.bind_acknowledge is None:
-        return "the compiled module is not in use"
-    if os.environ.get("STARLIGHT_NATIVE_PULSAR", "1") == "0":
-        return "STARLIGHT_NATIVE_PULSAR=0"
+    reason = turned_off(compiled.acknowledge, compiled.bind_acknowledge)
+    if reason is not None:
+        return reason
     try:
         library = c_library()
         function = library.pulsar_consumer_acknowledge_async_id
@@ -53,6 +52,7 @@ def available() -> str | None:
         conduit_address(_pulsar.MessageId.earliest, _MESSAGE_ID_TYPE_INFO)
     except (AttributeError, NativeFlushUnavailable) as e:
         return f"pulsar-client exports no C acknowledgement API: {e}"
+    assert compiled.bind_acknowledge is not None  # turned_off said so
     compiled.bind_acknowledge(ctypes.cast(function, ctypes.c_void_p).value or 0, abi, type_info)
     return None
 

@@ -59,13 +59,22 @@ def _address(function: Any) -> int:
     return ctypes.cast(function, ctypes.c_void_p).value or 0
 
 
-@functools.cache
-def available() -> str | None:
-    """None when compiled sends can be used; else why not (the proxy logs it at start)."""
-    if compiled.pulsar_sender is None or compiled.bind_pulsar_api is None:
+def turned_off(*functions: object) -> str | None:
+    """Why pulsar-client's calls cannot go through the compiled module (`functions` are
+    the compiled ones a path needs), or None."""
+    if any(function is None for function in functions):
         return "the compiled module is not in use"
     if os.environ.get("STARLIGHT_NATIVE_PULSAR", "1") == "0":
         return "STARLIGHT_NATIVE_PULSAR=0"
+    return None
+
+
+@functools.cache
+def available() -> str | None:
+    """None when compiled sends can be used; else why not (the proxy logs it at start)."""
+    reason = turned_off(compiled.pulsar_sender, compiled.bind_pulsar_api)
+    if reason is not None:
+        return reason
     version = _version()
     if ".".join(version.split(".")[:2]) not in CHECKED_VERSIONS:
         return f"pulsar-client {version} is not one whose C send API was checked"
@@ -74,6 +83,7 @@ def available() -> str | None:
         addresses = [_address(getattr(library, name)) for name in _FUNCTIONS]
     except (AttributeError, NativeFlushUnavailable) as e:
         return f"pulsar-client exports no C send API: {e}"
+    assert compiled.bind_pulsar_api is not None  # turned_off said so
     compiled.bind_pulsar_api(addresses)
     return None
 
