@@ -38,6 +38,8 @@ IN_PRIORITY_BAND_KEY = "starlight.in-priority-band"
 # Queues (a JSON list of names) that get this message from the copy on another exchange's
 # topic (exchange-to-exchange bindings reach several): their subscriptions skip this copy.
 ROUTED_ELSEWHERE_KEY = "starlight.routed-elsewhere"
+# The readable copy of the AMQP expiration: the message's own TTL, checked at delivery.
+EXPIRATION_KEY = "amqp.expiration"
 _READABLE = (
     "content_type",
     "content_encoding",
@@ -192,6 +194,33 @@ def decode(
     )
     raw = header.ContentHeader(0, 0, properties).marshal()[12:]
     return DecodedMessage(exchange, routing_key, raw, body, properties)
+
+
+def plain_delivery(
+    pulsar_properties: dict[str, str], default_exchange: str, default_routing_key: str
+) -> tuple[str, str, bytes] | None:
+    """(exchange, routing key, AMQP properties as the client sent them) of a message that
+    no queue skips (`skipped_by` is empty), that has no expiration of its own and whose
+    properties `decode` has seen before; None: `decode` it. What most deliveries need,
+    without building a DecodedMessage."""
+    if (
+        REFUSED_BY_KEY in pulsar_properties
+        or IN_PRIORITY_BAND_KEY in pulsar_properties
+        or ROUTED_ELSEWHERE_KEY in pulsar_properties
+        or EXPIRATION_KEY in pulsar_properties
+    ):
+        return None
+    encoded = pulsar_properties.get(PROPERTIES_KEY)
+    if encoded is None:
+        return None
+    known = _DECODED_BY_ENCODED.get(encoded)
+    if known is None:
+        return None
+    return (
+        pulsar_properties.get(EXCHANGE_KEY, default_exchange),
+        pulsar_properties.get(ROUTING_KEY_KEY, default_routing_key),
+        known[0],
+    )
 
 
 def refused_by_value(queues: set[str]) -> str:

@@ -209,9 +209,7 @@ class Channel:
         confirms = self.confirms
         if confirms is None:
             return
-        for seq, ok in outcomes:
-            if seq:
-                confirms.settle(seq, ok)
+        confirms.settle_all(outcomes)
         for last, multiple, ok in confirms.runs():
             self._write(hot_frames.encode_confirm(self.number, last, multiple, ok))
 
@@ -331,61 +329,89 @@ class Channel:
 
     def _drain(self, consumer: Consumer) -> None:
         pending = consumer.pending
-        banded = bool(consumer.ranks)
         if pending and consumer.started and not consumer.cancelled:
-            acked: list[Any] = []
-            acked_queue: str | None = None  # a consumer reads one queue
-            vet = self.vet
-            tally = self.tally
-            number = self.number
-            frame_max = self.frame_max
-            held = self.held.counts
-            while pending and self._has_credit(consumer):
-                if banded and self._wait_for_higher_band(consumer):
-                    break
-                rank, source = pending.pop_ranked()
-                if rank > 0 and pending.count(rank) == 0:
-                    self._band_ran_empty(consumer, rank)
-                deliverable = vet(consumer, source)
-                if deliverable is None:
-                    continue
-                tag = self.next_tag
-                self.next_tag = tag + 1
-                if consumer.no_ack:
-                    acked.append(source)
-                    if deliverable.queue is not None:
-                        acked_queue = deliverable.queue.name
-                else:
-                    queue = deliverable.queue
-                    self.unacked[tag] = Unacked(source, consumer, queue)
-                    consumer.unacked += 1
-                    if queue is not None:
-                        held[queue.name] = held.get(queue.name, 0) + 1
-                body = deliverable.body
-                tally.delivered += 1
-                tally.delivered_bytes += len(body)
-                if deliverable.redelivered:
-                    tally.redelivered += 1
-                self._write(
-                    hot_frames.encode_deliver(
-                        number,
-                        consumer.encoded_tag,
-                        tag,
-                        deliverable.redelivered,
-                        deliverable.exchange,
-                        deliverable.routing_key,
-                        deliverable.raw_properties,
-                        body,
-                        frame_max,
-                    )
-                )
-            if acked:
-                self._commands.append(AckMessages(acked))
-                if acked_queue is not None:
-                    # Settled now, though Pulsar hears of it up to ~100 ms later: counts
-                    # taken meanwhile leave these out (RabbitMQ removes them at once).
-                    self.held.acknowledged(acked_queue, len(acked), self.clock())
+            frames: list[bytes] = []
+            try:
+                self._deliver(consumer, frames)
+            finally:
+                # One write per drain; what was delivered is written even if vet raised.
+                if frames:
+                    self._write(b"".join(frames))
         self._flow(consumer)
+
+    def _deliver(self, consumer: Consumer, frames: list[bytes]) -> None:
+        """Deliver what credit allows, appending the frames to `frames` (counted towards the
+        output backlog as if written)."""
+        pending = consumer.pending
+        banded = bool(consumer.ranks)
+        acked: list[Any] = []
+        acked_queue: str | None = None  # a consumer reads one queue
+        vet = self.vet
+        tally = self.tally
+        number = self.number
+        frame_max = self.frame_max
+        held = self.held.counts
+        sink = self.sink
+        unacked = self.unacked
+        no_ack = consumer.no_ack
+        prefetch = consumer.prefetch
+        encoded_tag = consumer.encoded_tag
+        encode_deliver = hot_frames.encode_deliver
+        written = 0  # bytes in `frames`
+        while pending:
+            # _has_credit, with this drain's frames counted as written.
+            if sink.pending_output + written >= MAX_OUTPUT_BACKLOG:
+                break
+            if not no_ack and (
+                (prefetch and consumer.unacked >= prefetch)
+                or (self.prefetch_global and len(unacked) >= self.prefetch_global)
+            ):
+                break
+            if banded and self._wait_for_higher_band(consumer):
+                break
+            rank, source = pending.pop_ranked()
+            if rank > 0 and pending.count(rank) == 0:
+                self._band_ran_empty(consumer, rank)
+            deliverable = vet(consumer, source)
+            if deliverable is None:
+                continue
+            tag = self.next_tag
+            self.next_tag = tag + 1
+            queue = deliverable.queue
+            if no_ack:
+                acked.append(source)
+                if queue is not None:
+                    acked_queue = queue.name
+            else:
+                unacked[tag] = Unacked(source, consumer, queue)
+                consumer.unacked += 1
+                if queue is not None:
+                    held[queue.name] = held.get(queue.name, 0) + 1
+            body = deliverable.body
+            redelivered = deliverable.redelivered
+            tally.delivered += 1
+            tally.delivered_bytes += len(body)
+            if redelivered:
+                tally.redelivered += 1
+            frame = encode_deliver(
+                number,
+                encoded_tag,
+                tag,
+                redelivered,
+                deliverable.exchange,
+                deliverable.routing_key,
+                deliverable.raw_properties,
+                body,
+                frame_max,
+            )
+            frames.append(frame)
+            written += len(frame)
+        if acked:
+            self._commands.append(AckMessages(acked))
+            if acked_queue is not None:
+                # Settled now, though Pulsar hears of it up to ~100 ms later: counts
+                # taken meanwhile leave these out (RabbitMQ removes them at once).
+                self.held.acknowledged(acked_queue, len(acked), self.clock())
 
     def _band_ran_empty(self, consumer: Consumer, rank: int) -> None:
         """A band's last waiting message goes out: lower bands wait BAND_REFILL_WAIT for

@@ -8,6 +8,8 @@ not one per message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class Confirms:
     def __init__(self) -> None:
@@ -32,6 +34,19 @@ class Confirms:
         if seq < self._lowest_open or seq >= self.next_seq or seq in self._done:
             raise ValueError(f"confirm for unknown or settled publish {seq}")
         self._done[seq] = ok
+
+    def settle_all(self, outcomes: Iterable[tuple[int, bool]]) -> None:
+        """`settle` each (sequence number, ok); number 0 (a publish before confirm.select)
+        is left out."""
+        done = self._done
+        lowest = self._lowest_open
+        top = self.next_seq
+        for seq, ok in outcomes:
+            if not seq:
+                continue
+            if seq < lowest or seq >= top or seq in done:
+                raise ValueError(f"confirm for unknown or settled publish {seq}")
+            done[seq] = ok
 
     def runs(self) -> list[tuple[int, bool, bool]]:
         """(last sequence number, multiple, ok) of each confirm that can be sent now, in

@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 from pamqp import commands
@@ -237,21 +237,33 @@ class ClientConnection:
         """The per-message events (a publish, an ack) handled without awaiting anything
         when everything they need is at hand; False: `_handle` must do it."""
         kind = type(event)
-        if kind is not ev.ContentReceived and kind is not ev.MethodReceived:
+        if kind is ev.ContentReceived:
+            content = cast(ev.ContentReceived, event)
+            messages = self.messages
+            session = self.channels.get(content.channel)
+            if messages is None or session is None:
+                return False
+            core = session.core
+            if core.in_transaction or self.conn.discards_input_of(content.channel):
+                return False
+            try:
+                return messages.publisher.publish_now(
+                    core, content.method, content.properties, content.body, content.raw_properties
+                )
+            except Exception as e:
+                self._failed(event, content.channel, e)
+                return True
+        if kind is not ev.MethodReceived:
             return False
-        assert isinstance(event, ev.ContentReceived | ev.MethodReceived)
+        method = cast(ev.MethodReceived, event)
         messages = self.messages
-        session = self.channels.get(event.channel)
-        if messages is None or session is None or self.conn.discards_input_of(event.channel):
+        session = self.channels.get(method.channel)
+        if messages is None or session is None or self.conn.discards_input_of(method.channel):
             return False
         try:
-            if isinstance(event, ev.ContentReceived):
-                return not session.core.in_transaction and messages.publisher.publish_now(
-                    session.core, event.method, event.properties, event.body, event.raw_properties
-                )
-            return messages.settle_now(session, event.method)
+            return messages.settle_now(session, method.method)
         except Exception as e:
-            self._failed(event, event.channel, e)
+            self._failed(event, method.channel, e)
             return True
 
     def _failed(self, event: ev.Event, channel: int, e: Exception) -> None:

@@ -26,7 +26,12 @@ from typing import Any
 
 import trio
 
-from starlight_py.backend.message_codec import DecodedMessage, decode, skipped_by
+from starlight_py.backend.message_codec import (
+    DecodedMessage,
+    decode,
+    plain_delivery,
+    skipped_by,
+)
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
 from starlight_py.backend.stream_reader import StreamReaderHandle
 from starlight_py.core.commands import (
@@ -45,6 +50,7 @@ from starlight_py.core.consumer import Consumer, Deliverable
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.dead_lettering import DeadLetters
+from starlight_py.gateway.delivery_plans import DeliveryPlan, plan_deliveries
 from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
 from starlight_py.gateway.queue_sources import QueueSources
 from starlight_py.gateway.requeued import RequeuedPositions
@@ -88,6 +94,8 @@ class ConsumerLink:
     handles: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
     ranks: dict[str, int] = field(default_factory=dict)  # by subscription: 1 + band, or 0
     known_sets: dict[str, BindingSet] = field(default_factory=dict)  # by topic
+    # What `vet` works out once per Pulsar consumer and topology change (delivery_plans.py).
+    plans: dict[ConsumerHandle, DeliveryPlan] = field(default_factory=dict)
     batcher: Batcher[tuple[ConsumerHandle, list[ReceivedMessage]]] | None = None
     registered: bool = False  # in ZooKeeper's consumers of the queue
     # x-single-active-consumer: its place in the queue's line, and whether it waits for
@@ -259,6 +267,7 @@ class Consumers:
         # Known before the first message can arrive: the reader thread starts reading while
         # `subscribe` returns, and a message of a band taken for rank 0 would go last.
         link.known_sets[binding_set.topic] = binding_set
+        link.plans.clear()
         band = link.ranks[binding_set.subscription] = rank(binding_set)
         link.session.core.reads_band(link.core, band, backlog)
         if link.stream is not None:
@@ -338,6 +347,7 @@ class Consumers:
             if subscription in still_read or handle is None or id(handle) in holding:
                 continue
             del link.handles[subscription]
+            link.plans.pop(handle, None)
             await trio.to_thread.run_sync(handle.close)
 
     def queue_deleted(self, queue: str, spare: ChannelSession | None = None) -> None:
@@ -375,6 +385,7 @@ class Consumers:
                     handle.negative_acknowledge(message)
         handles = list(link.handles.values())
         link.handles.clear()
+        link.plans.clear()
         await self._close_handles(handles)
 
     async def _unregister(self, link: ConsumerLink, auto_delete: bool = True) -> None:
@@ -423,8 +434,9 @@ class Consumers:
             for sub, h in link.handles.items()
             if id(h) not in holding and not self.dead_letters.holds(h)
         ]
-        for sub, _ in idle:
+        for sub, handle in idle:
             del link.handles[sub]
+            link.plans.pop(handle, None)
         await self._close_handles([h for _, h in idle])
         if not link.handles:
             self.links.discard(link)
@@ -454,10 +466,26 @@ class Consumers:
         self.kick()
 
     def vet(self, consumer: Consumer, message: ReceivedMessage) -> Deliverable | None:
-        """The core asks at delivery: is this message still the queue's to deliver?"""
+        """The core asks at delivery: is this message still the queue's to deliver? Most
+        are settled by the consumer's plan for their topic; the rest by `_vet_fully`."""
         link: ConsumerLink = consumer.link
         if link.stream is not None:
             return self._vet_stream(link, message)
+        handle = message.handle
+        plan = link.plans.get(handle)
+        if plan is None or plan.version != self.cache.changes:
+            plan = link.plans[handle] = plan_deliveries(
+                self.cache, self.ctx.vhost, link, handle.topic.local
+            )
+        if plan.checks_deliveries:
+            return self._vet_fully(link, message)
+        view = plain_delivery(message.properties, plan.exchange, plan.key)
+        if view is None or not plan.routes(view[1]):
+            return self._vet_fully(link, message)
+        redelivered = message.redelivery_count > 0 or self._requeued_here(message)
+        return Deliverable(view[0], view[1], view[2], message.body, redelivered, plan.record)
+
+    def _vet_fully(self, link: ConsumerLink, message: ReceivedMessage) -> Deliverable | None:
         decoded = self._route(link.queue, link.known_sets, message)
         if decoded is None:
             message.handle.acknowledge(message)  # not for this queue (another binding's)
@@ -536,8 +564,9 @@ class Consumers:
     def _redelivered(self, message: ReceivedMessage) -> bool:
         # Pulsar's count survives negative acks but not a consumer closing, so requeues
         # seen by this proxy are remembered too (docs/compatibility.md).
-        if message.redelivery_count > 0:
-            return True
+        return message.redelivery_count > 0 or self._requeued_here(message)
+
+    def _requeued_here(self, message: ReceivedMessage) -> bool:
         subscription = message.handle.subscription
         return self.requeued.knows(subscription) and self.requeued.pop(
             subscription, message.position

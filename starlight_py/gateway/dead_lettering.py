@@ -29,7 +29,12 @@ from typing import Any
 import trio
 from pamqp import commands
 
-from starlight_py.backend.message_codec import DecodedMessage, decode, encode_properties
+from starlight_py.backend.message_codec import (
+    EXPIRATION_KEY,
+    DecodedMessage,
+    decode,
+    encode_properties,
+)
 from starlight_py.backend.pulsar_admin import BackendUnavailable
 from starlight_py.backend.pulsar_client import (
     BackendError,
@@ -69,7 +74,6 @@ from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.dead_letter")
 
-EXPIRATION_KEY = "amqp.expiration"
 SEND_BACKOFF = 0.002  # the DLX producer is full: try again after this long
 
 

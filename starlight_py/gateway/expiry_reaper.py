@@ -33,11 +33,12 @@ from dataclasses import dataclass
 
 import trio
 
+from starlight_py.backend.message_codec import EXPIRATION_KEY
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.backend.pulsar_client import BackendError, PulsarBackend
 from starlight_py.core.held import HeldCounts
 from starlight_py.gateway.consuming import Consumers
-from starlight_py.gateway.dead_lettering import EXPIRATION_KEY, DeadLetters
+from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.requeued import RequeuedPositions
 from starlight_py.gateway.topology_methods import VhostContext

@@ -147,7 +147,9 @@ class Publisher:
         self._tracked: Batcher[_Tracked] = Batcher(token, self._on_tracked)
         self._closed = False
         # Producers sent to since the last flush, with the outcomes waiting for it.
-        self._unflushed: dict[ProducerHandle, tuple[list[PublishOutcome], float]] = {}
+        # Sends since the producer's last flush: their outcomes, when the first was sent,
+        # and how many may share a batch entry (None: no limit).
+        self._unflushed: dict[ProducerHandle, tuple[list[PublishOutcome], float, int | None]] = {}
         self._count = 0  # published since the metrics were last updated
         self._bytes = 0
         self._plans: dict[tuple[str, str], RoutePlan] = {}
@@ -315,18 +317,18 @@ class Publisher:
         waiting = self._unflushed.get(producer)
         if waiting is None:
             outcomes = [outcome]
-            self._unflushed[producer] = (outcomes, time.monotonic())
+            # Asked once per batch: the read that fills it takes well under a millisecond.
+            limit = self._batch_limit(producer) if producer.batching else None
+            self._unflushed[producer] = (outcomes, time.monotonic(), limit)
         else:
-            outcomes = waiting[0]
+            outcomes, _, limit = waiting
             outcomes.append(outcome)
-        if producer.batching:
-            limit = self._batch_limit(producer)
-            if limit is not None and len(outcomes) >= limit:
-                # A queue with competing consumers, or none yet, reads the topic (one
-                # entry per message, as unbatched), or its one consumer's prefetch is
-                # reached: TopologyCache.batch_limit says why.
-                outcomes, since = self._unflushed.pop(producer)
-                producer.flush(self._flush_callback(producer, outcomes, since))
+        if limit is not None and len(outcomes) >= limit:
+            # A queue with competing consumers, or none yet, reads the topic (one entry
+            # per message, as unbatched), or its one consumer's prefetch is reached:
+            # TopologyCache.batch_limit says why.
+            outcomes, since, _ = self._unflushed.pop(producer)
+            producer.flush(self._flush_callback(producer, outcomes, since))
 
     def _batch_limit(self, producer: ProducerHandle) -> int | None:
         topic = producer.topic
@@ -585,7 +587,7 @@ class Publisher:
             return
         unflushed, self._unflushed = self._unflushed, {}
         now = trio.current_time()
-        for producer, (outcomes, since) in unflushed.items():
+        for producer, (outcomes, since, _) in unflushed.items():
             producer.last_used = now
             producer.flush(self._flush_callback(producer, outcomes, since))
 
@@ -612,8 +614,20 @@ class Publisher:
             self.metrics.sends_done(ok, len(outcomes), now - since)
             if not ok:
                 log.warning("%d publish(es) failed in Pulsar: %s", len(outcomes), error)
+            if not ok:
+                for outcome in outcomes:
+                    outcome.ok = False
+            # _settle, inlined: this runs once per message published.
+            settled: list[tuple[int, bool]] = []
+            last: OutcomeTarget | None = None
             for outcome in outcomes:
-                self._settle(outcome, ok, by_target)
+                outcome.left -= 1
+                if outcome.left:
+                    continue
+                if outcome.target is not last:
+                    last = outcome.target
+                    settled = by_target.get(last) or by_target.setdefault(last, [])
+                settled.append((outcome.seq, outcome.ok and not outcome.refused))
         for target, settled in by_target.items():
             target.settle_publishes(settled)
         self.kick()
