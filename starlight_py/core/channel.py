@@ -304,6 +304,19 @@ class Channel:
                 expected[rank] -= 1
         self._drain(consumer)
 
+    def messages_of_rank_arrived(self, consumer: Consumer, rank: int, sources: list[Any]) -> None:
+        """`messages_arrived` for messages of one rank (one Pulsar consumer's batch)."""
+        if consumer.cancelled:
+            self._commands.append(GiveBack(list(sources)))
+            return
+        consumer.pending.extend(rank, sources)
+        expected = consumer.expected
+        if expected:
+            left = expected.get(rank, 0)
+            if left > 0:
+                expected[rank] = max(0, left - len(sources))
+        self._drain(consumer)
+
     def drain(self, consumer: Consumer) -> None:
         """Deliver what credit allows (after a DrainLater, or the output backlog shrank)."""
         consumer.wake_pending = False

@@ -454,13 +454,16 @@ class Consumers:
             return
         session = link.session
         ranks = link.ranks
-        if len(batches) == 1 and not ranks.get(batches[0][0].subscription):
-            items: Iterable[tuple[int, ReceivedMessage]] = [(0, m) for m in batches[0][1]]
+        if len(batches) == 1:
+            handle, batch = batches[0]
+            session.core.messages_of_rank_arrived(
+                consumer, ranks.get(handle.subscription, 0), batch
+            )
         else:
             items = [
                 (ranks.get(handle.subscription, 0), m) for handle, batch in batches for m in batch
             ]
-        session.core.messages_arrived(consumer, items)
+            session.core.messages_arrived(consumer, items)
         if session.core._commands:
             self.execute(session, session.core.take_commands())
         self.kick()

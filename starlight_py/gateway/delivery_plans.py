@@ -14,14 +14,25 @@ from __future__ import annotations
 from typing import Protocol
 
 from starlight_py.gateway.dead_lettering import policy_of
-from starlight_py.metadata.cache import TopologyCache
-from starlight_py.metadata.records import BindingSet
+from starlight_py.metadata.records import BindingSet, RetiredSubscription
 from starlight_py.model import naming
 from starlight_py.model.priorities import PRIORITY_BAND_TYPE
 from starlight_py.model.routing import topic_matches
 from starlight_py.model.topology import Queue
 
 MAX_REMEMBERED_KEYS = 256  # routing keys a topic exchange's plan remembers the match of
+
+
+class PlanSource(Protocol):
+    """What a plan reads of the topology cache (metadata/cache.py's TopologyCache)."""
+
+    changes: int
+
+    def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None: ...
+
+    def retired(self, vhost: str, subscription: str) -> RetiredSubscription | None: ...
+
+    def queue(self, vhost: str, name: str) -> Queue | None: ...
 
 
 class PlannedLink(Protocol):
@@ -96,9 +107,7 @@ class DeliveryPlan:
         return routing_key in self.keys  # direct and the default exchange
 
 
-def plan_deliveries(
-    cache: TopologyCache, vhost: str, link: PlannedLink, topic: str
-) -> DeliveryPlan:
+def plan_deliveries(cache: PlanSource, vhost: str, link: PlannedLink, topic: str) -> DeliveryPlan:
     """The plan for `link`'s messages read from `topic` (a local topic name), from the
     freshest binding state: the cache, else what the consumer read from ZooKeeper, bounded
     by a retired subscription's end (the same choice `Consumers._route` makes)."""

@@ -69,6 +69,17 @@ class RankedPending(Generic[T]):
         queue.append(item)
         self._size += 1
 
+    def extend(self, rank: int, items: list[T]) -> None:
+        """`put` each of `items`, in order, at one rank."""
+        if not items:
+            return
+        queue = self._ranks.get(rank)
+        if queue is None:
+            queue = self._ranks[rank] = deque()
+            self._order = sorted(self._ranks, reverse=True)
+        queue.extend(items)
+        self._size += len(items)
+
     def pop(self) -> T:
         """The oldest item of the highest rank; raises IndexError when empty."""
         return self.pop_ranked()[1]

@@ -307,6 +307,88 @@ def test_consumers_without_prefetch_stop_on_a_full_output_too() -> None:
     assert wire.take() == deliver(1, b"m1")
 
 
+def test_one_drain_writes_its_deliveries_at_once() -> None:
+    ch, wire = new_channel()
+    writes: list[bytes] = []
+    write = wire.write_channel
+    wire.write_channel = lambda channel, data: (writes.append(data), write(channel, data))  # type: ignore[method-assign]
+    consumer = started(ch)
+    ch.messages_arrived(consumer, sources("m1", "m2", "m3"))
+    assert len(writes) == 1
+    assert wire.take() == [*deliver(1, b"m1"), *deliver(2, b"m2"), *deliver(3, b"m3")]
+
+
+def test_a_drain_counts_its_own_frames_towards_the_output_backlog() -> None:
+    # The frames of one drain are written together at its end: the backlog they make
+    # stops the drain all the same (the wire's pending_output stays 0 here).
+    ch, wire = new_channel()
+    consumer = started(ch, no_ack=True)
+    big = "x" * (MAX_OUTPUT_BACKLOG // 4)
+    ch.messages_arrived(consumer, sources(*(f"{big}{i}" for i in range(6))))
+    delivered = [f for f in wire.take() if f[0] == "Basic.Deliver"]
+    assert len(delivered) == 4  # the fifth would start with 4 MiB and more unread
+    ch.take_commands()
+    ch.output_drained()
+    assert len([f for f in wire.take() if f[0] == "Basic.Deliver"]) == 2
+
+
+def test_deliveries_made_before_vet_fails_are_written() -> None:
+    def failing(consumer: Consumer, source: Source) -> Deliverable | None:
+        if source.name == "boom":
+            raise RuntimeError("vet failed")
+        return vet(consumer, source)
+
+    wire = Wire()
+    ch = Channel(7, wire, failing, frame_max=4096, clock=Clock())
+    consumer = started(ch)
+    with pytest.raises(RuntimeError):
+        ch.messages_arrived(consumer, sources("m1", "boom", "m3"))
+    assert wire.take() == deliver(1, b"m1")
+    assert list(ch.unacked) == [1]
+
+
+@pytest.mark.parametrize("one_rank", [False, True])
+def test_a_batch_of_one_rank_counts_down_its_bands_known_messages(one_rank: bool) -> None:
+    # messages_of_rank_arrived (one Pulsar consumer's batch) does what messages_arrived
+    # does with the same messages.
+    ch, _ = new_channel()
+    consumer = banded_consumer(ch, {2: 3, 1: 5})
+    batch = [Source(f"m{i}") for i in range(4)]
+    if one_rank:
+        ch.messages_of_rank_arrived(consumer, 1, batch)
+        ch.messages_of_rank_arrived(consumer, 2, batch[:2])
+    else:
+        ch.messages_arrived(consumer, [(1, s) for s in batch])
+        ch.messages_arrived(consumer, [(2, s) for s in batch[:2]])
+    assert consumer.expected == {1: 1, 2: 1}
+    if one_rank:
+        ch.messages_of_rank_arrived(consumer, 1, batch)
+    else:
+        ch.messages_arrived(consumer, [(1, s) for s in batch])
+    assert consumer.expected == {1: 0, 2: 1}
+
+
+def test_a_cancelled_consumers_batch_goes_back() -> None:
+    ch, wire = new_channel()
+    consumer = started(ch)
+    ch.remove_consumer(consumer)
+    ch.take_commands()
+    batch = [Source("m1"), Source("m2")]
+    ch.messages_of_rank_arrived(consumer, 0, batch)
+    assert ch.take_commands() == [GiveBack(batch)]
+    assert wire.take() == []
+
+
+def test_a_batch_of_one_rank_is_delivered_in_order() -> None:
+    ch, wire = new_channel()
+    consumer = started(ch, prefetch=2)
+    wire.take()  # qos-ok
+    ch.messages_of_rank_arrived(consumer, 0, [Source("m1"), Source("m2"), Source("m3")])
+    assert wire.take() == [*deliver(1, b"m1"), *deliver(2, b"m2")]
+    ch.ack(2, multiple=True)
+    assert wire.take() == deliver(3, b"m3")
+
+
 def test_vet_drops_messages_that_are_no_longer_the_queues() -> None:
     ch, wire = new_channel()
     consumer = started(ch)
