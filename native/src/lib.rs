@@ -297,5 +297,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pulsar_send::Sender>()?;
     m.add_function(wrap_pyfunction!(pulsar_ack::bind_acknowledge, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_ack::acknowledge, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_ack::message_id_address, m)?)?;
     Ok(())
 }

@@ -33,13 +33,16 @@ encode_deliver: Callable[[int, bytes, int, bool, str, str, bytes, bytes, int], b
 pulsar_sender: Any = _native.Sender if _native is not None else None
 bind_pulsar_api: Callable[[list[int]], None] | None = _native.bind if _native is not None else None
 
-# `_native.bind_acknowledge` and `_native.acknowledge` (acknowledgements through
-# pulsar-client's C API: backend/consumer_ack.py), or None.
-bind_acknowledge: Callable[[int, bytes, Any], None] | None = (
+# `_native.bind_acknowledge`, `_native.acknowledge` and `_native.message_id_address`
+# (acknowledgements through pulsar-client's C API: backend/consumer_ack.py), or None.
+bind_acknowledge: Callable[[int, int, bytes, Any], None] | None = (
     _native.bind_acknowledge if _native is not None else None
 )
 acknowledge: Callable[[int, list[Any]], int] | None = (
     _native.acknowledge if _native is not None else None
+)
+message_id_address: Callable[[Any], int] | None = (
+    _native.message_id_address if _native is not None else None
 )
 
 

@@ -32,7 +32,9 @@ from starlight_py.backend.producer_send import turned_off
 log = logging.getLogger("starlight.pulsar")
 
 _CONSUMER_TYPE_INFO = "_ZTIN6pulsar8ConsumerE"  # typeid(pulsar::Consumer)
-_MESSAGE_ID_TYPE_INFO = "_ZTIN6pulsar9MessageIdE"  # typeid(pulsar::MessageId)
+_MESSAGE_TYPE_INFO = "_ZTIN6pulsar7MessageE"  # typeid(pulsar::Message)
+# const pulsar::MessageId& pulsar::Message::getMessageId() const
+_GET_MESSAGE_ID = "_ZNK6pulsar7Message12getMessageIdEv"
 
 
 @functools.cache
@@ -44,16 +46,42 @@ def available() -> str | None:
     try:
         library = c_library()
         function = library.pulsar_consumer_acknowledge_async_id
+        get_id = library[_GET_MESSAGE_ID]
         for name in ("pulsar_consumer_get_topic", "pulsar_consumer_get_subscription_name"):
             getattr(library, name).argtypes = [ctypes.c_void_p]
             getattr(library, name).restype = ctypes.c_char_p
-        abi, type_info = conduit_arguments(_MESSAGE_ID_TYPE_INFO)
-        # The conduit hands out a message id (what every acknowledgement relies on).
-        conduit_address(_pulsar.MessageId.earliest, _MESSAGE_ID_TYPE_INFO)
+        abi, type_info = conduit_arguments(_MESSAGE_TYPE_INFO)
+        # The conduit hands out a message (what every acknowledgement relies on).
+        sample = _pulsar.MessageBuilder().content(b"").build()
+        conduit_address(sample, _MESSAGE_TYPE_INFO)
     except (AttributeError, NativeFlushUnavailable) as e:
         return f"pulsar-client exports no C acknowledgement API: {e}"
     assert compiled.bind_acknowledge is not None  # turned_off said so
-    compiled.bind_acknowledge(ctypes.cast(function, ctypes.c_void_p).value or 0, abi, type_info)
+    compiled.bind_acknowledge(_address_of(function), _address_of(get_id), abi, type_info)
+    return _check_message_ids(library, sample)
+
+
+def _address_of(function: Any) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
+def _check_message_ids(library: Any, sample: Any) -> str | None:
+    """None when the id the compiled path reads from a message is the one the binding's
+    `message_id()` copies (compared as pulsar-client prints them); else why not."""
+    assert compiled.message_id_address is not None
+    to_text = library.pulsar_message_id_str
+    to_text.argtypes = [ctypes.c_void_p]
+    to_text.restype = ctypes.c_void_p
+    text = to_text(compiled.message_id_address(sample))
+    if not text:
+        return "pulsar-client printed no message id"
+    try:
+        seen = ctypes.string_at(text).decode()
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(text))
+    expected = str(sample.message_id())
+    if seen != expected:
+        return f"the compiled path reads message id {seen!r} where the binding has {expected!r}"
     return None
 
 

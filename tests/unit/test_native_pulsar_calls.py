@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import _pulsar
 import pytest
 
 from starlight_py.amqp import compiled
-from starlight_py.backend import producer_send
+from starlight_py.backend import consumer_ack, producer_send
 from starlight_py.backend.pulsar_client import ConsumerHandle
 from starlight_py.gateway.consuming import runs_by_handle
 from starlight_py.model.namespaces import NamespaceName
@@ -127,3 +128,25 @@ def test_a_consumer_whose_ids_the_compiled_path_cannot_take_acknowledges_through
 class _Received:
     def __init__(self, raw: object) -> None:
         self.raw = raw
+
+
+def test_the_compiled_acknowledgement_reads_the_id_each_message_holds() -> None:
+    assert consumer_ack.available() is None
+    assert compiled.message_id_address is not None
+    message = _pulsar.MessageBuilder().content(b"m").build()
+    other = _pulsar.MessageBuilder().content(b"m").build()
+    first = compiled.message_id_address(message)
+    # The id inside the message (not a copy made per call), one per message.
+    assert first == compiled.message_id_address(message)
+    assert first != compiled.message_id_address(other)
+
+
+def test_what_is_not_a_pulsar_message_is_refused_before_anything_is_acknowledged() -> None:
+    assert consumer_ack.available() is None
+    assert compiled.acknowledge is not None
+    good = _Received(_pulsar.MessageBuilder().content(b"m").build())
+    # A message id where a message belongs: the conduit hands out nothing for it, and the
+    # call fails (ConsumerHandle then acknowledges through the binding) before any
+    # acknowledgement reaches the consumer address, which is never used here.
+    with pytest.raises((TypeError, RuntimeError)):
+        compiled.acknowledge(NO_PRODUCER, [good, _Received(_pulsar.MessageId.earliest)])
