@@ -10,9 +10,7 @@
 //!
 //! It also holds the untracked Pulsar sends (`Sender`, in `pulsar_send`): messages built with
 //! pulsar-client's C API and handed to the producer a batch per release of the GIL; and the
-//! acknowledgements of received messages (`acknowledge`, in `pulsar_ack`), the same way;
-//! and the fields the gateway takes of received messages (`message_fields`, in
-//! `pulsar_read`), a batch per call.
+//! acknowledgements of received messages (`acknowledge`, in `pulsar_ack`), the same way.
 //!
 //! `scan` and `encode_deliver` are pure: bytes in, Python values out, no state and no I/O. `scan` never reports an
 //! error: it stops at the first frame that is incomplete or breaks the stream, and the
@@ -22,7 +20,6 @@
 //! limit) leaves its frames as they came, for the Python checks to judge.
 
 mod pulsar_ack;
-mod pulsar_read;
 mod pulsar_send;
 
 use pyo3::buffer::PyBuffer;
@@ -301,7 +298,5 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pulsar_ack::bind_acknowledge, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_ack::acknowledge, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_ack::message_id_address, m)?)?;
-    m.add_function(wrap_pyfunction!(pulsar_read::bind_read, m)?)?;
-    m.add_function(wrap_pyfunction!(pulsar_read::message_fields, m)?)?;
     Ok(())
 }

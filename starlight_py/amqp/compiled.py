@@ -45,15 +45,6 @@ message_id_address: Callable[[Any], int] | None = (
     _native.message_id_address if _native is not None else None
 )
 
-# `_native.bind_read` and `_native.message_fields` (the fields of received messages, read
-# from pulsar-client's C++ messages: backend/message_fields.py), or None.
-bind_read: Callable[[list[int], bytes, Any], None] | None = (
-    _native.bind_read if _native is not None else None
-)
-message_fields: Callable[[list[Any]], list[tuple[bytes, dict[str, str], int]]] | None = (
-    _native.message_fields if _native is not None else None
-)
-
 
 def loaded() -> bool:
     """True when the compiled module is in use (the proxy logs which at start)."""

@@ -24,8 +24,6 @@ import pulsar
 
 from starlight_py.backend.broker_auth import BrokerAuthError, BrokerClientSettings
 from starlight_py.backend.consumer_ack import Acknowledger, make_acknowledger
-from starlight_py.backend.message_fields import Fields, binding_fields, read_fields
-from starlight_py.backend.message_fields import available as fields_available
 from starlight_py.backend.producer_flush import (
     Flusher,
     NativeFlushUnavailable,
@@ -57,15 +55,12 @@ class ReceivedMessage:
 
     __slots__ = ("_position", "body", "handle", "properties", "raw", "redelivery_count")
 
-    def __init__(self, raw: Any, handle: ConsumerHandle, fields: Fields | None = None) -> None:
+    def __init__(self, raw: Any, handle: ConsumerHandle) -> None:
         self.raw = raw  # the _pulsar.Message, kept for acknowledge / negative_acknowledge
         self.handle = handle  # the consumer that read it (acknowledges it)
-        # (body, properties, redelivery count), read already (message_fields.py) or now.
-        if fields is None:
-            fields = binding_fields(raw)
-        self.body: bytes = fields[0]
-        self.properties: dict[str, str] = fields[1]
-        self.redelivery_count: int = fields[2]
+        self.body: bytes = raw.data()
+        self.properties: dict[str, str] = raw.properties()
+        self.redelivery_count: int = raw.redelivery_count()
         self._position: MessageIdRecord | None = None
 
     @property
@@ -350,8 +345,6 @@ class ConsumerHandle:
         self._wrapper: Any = None  # the pulsar.Consumer that owns it
         # Acknowledges through the compiled C API path when it is there (consumer_ack.py).
         self._acknowledger: Acknowledger | None = None
-        # Reads received messages' fields through the compiled module (message_fields.py).
-        self._read_compiled = fields_available() is None
         self.paused = False
         self._closed = False
         self._close_lock = threading.Lock()
@@ -429,21 +422,7 @@ class ConsumerHandle:
                 time.sleep(0.1)
                 continue
             if batch:
-                listener(self, self._received(batch))
-
-    def _received(self, batch: list[Any]) -> list[ReceivedMessage]:
-        """The batch's messages, their fields read in one compiled call where it can."""
-        if self._read_compiled:
-            try:
-                fields = read_fields(batch if type(batch) is list else list(batch))
-            except (RuntimeError, TypeError) as e:
-                log.debug("reading %s through the binding: %s", self.topic, e)
-            else:
-                return [
-                    ReceivedMessage(raw, self, each)
-                    for raw, each in zip(batch, fields, strict=True)
-                ]
-        return [ReceivedMessage(raw, self) for raw in batch]
+                listener(self, [ReceivedMessage(raw, self) for raw in batch])
 
     def _next_batch(self) -> list[Any]:
         """Blocking: the next messages from pulsar-client (empty: look again)."""

@@ -21,7 +21,7 @@ from starlight_py.amqp import compiled
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import ConnectionForced, InternalError
 from starlight_py.auth.authenticator import Authenticator, build_authenticator
-from starlight_py.backend import consumer_ack, message_fields, producer_send
+from starlight_py.backend import consumer_ack, producer_send
 from starlight_py.backend.batching_support import batching_caveat, batching_refusal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
@@ -612,16 +612,9 @@ async def _serve(
             "frame codec: in Python, about 6 µs more CPU per message (STARLIGHT_NATIVE=0, or "
             "installed without Rust's cargo; docs/performance.md#the-hot-frames-in-rust)"
         )
-    reasons = [
-        x
-        for x in (producer_send.available(), consumer_ack.available(), message_fields.available())
-        if x
-    ]
+    reasons = [x for x in (producer_send.available(), consumer_ack.available()) if x]
     if not reasons:
-        log.info(
-            "pulsar-client calls: sends, acknowledgements and received messages' fields "
-            "through its C API and pulsar::Message (native/)"
-        )
+        log.info("pulsar-client calls: sends and acknowledgements through its C API (native/)")
     else:
         log.warning(
             "pulsar-client calls: through its Python binding, about 4 µs more CPU per "

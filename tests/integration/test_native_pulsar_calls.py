@@ -5,8 +5,7 @@ reaches Pulsar is what was sent, in the order it was sent, whichever path each m
 (compiled, or the binding when the C API cannot carry its properties, or a tracked send with
 a callback), and nothing is left behind by the pool's blocking flush. Acknowledgements
 (backend/consumer_ack.py, native/src/pulsar_ack.rs) settle exactly the messages
-acknowledged. Received messages' fields (backend/message_fields.py,
-native/src/pulsar_read.rs) are read as the binding reads them."""
+acknowledged."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from starlight_py.backend import consumer_ack, message_fields, producer_send
+from starlight_py.backend import consumer_ack, producer_send
 from starlight_py.backend.producer_flush import ProducerFlusher
 from starlight_py.backend.pulsar_client import ProducerHandle
 from starlight_py.local import ServiceEndpoints
@@ -207,37 +206,3 @@ def test_batches_handed_over_by_two_threads_keep_the_order_they_were_added_in(
     producer.flush()
     seen = [int(body) for body, _ in _read_all(client, topic, total)]
     assert seen == list(range(total))
-
-
-def test_received_messages_read_through_the_compiled_module_as_through_the_binding(
-    client: pulsar.Client,
-) -> None:
-    """Bodies (empty, with NULs, large), properties (none, one, many, empty keys and
-    values, non-ASCII) and redelivery counts, batched and not, as the binding reads them."""
-    assert message_fields.available() is None  # the compiled path is the one tested
-    topic = _topic()
-    consumer = client.subscribe(
-        topic, "s", consumer_type=pulsar.ConsumerType.Shared, negative_ack_redelivery_delay_ms=100
-    )
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=7)
-    sent = []
-    for number in range(60):
-        body = b"" if number % 11 == 0 else (b"\x00%d" % number) * (1 + number * 37)
-        properties = {f"k{n}": f"v{n} {number} \u00e9\u2713" for n in range(number % 9)}
-        if number % 5 == 0:
-            properties[""] = ""
-        sent.append((body, properties))
-        producer.send_async(body, None, properties=properties)
-    producer.flush()
-    raws = [consumer._consumer.receive(10_000) for _ in range(len(sent))]
-    fields = message_fields.read_fields(raws)
-    assert fields == [message_fields.binding_fields(raw) for raw in raws]
-    assert [(body, properties) for body, properties, _ in fields] == sent
-    assert {count for *_, count in fields} == {0}
-    for raw in raws[:5]:
-        consumer._consumer.negative_acknowledge(raw)
-    again = [consumer._consumer.receive(10_000) for _ in range(5)]
-    refetched = message_fields.read_fields(again)
-    assert refetched == [message_fields.binding_fields(raw) for raw in again]
-    assert {count for *_, count in refetched} == {1}
-    consumer.close()

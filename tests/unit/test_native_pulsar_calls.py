@@ -10,7 +10,7 @@ import _pulsar
 import pytest
 
 from starlight_py.amqp import compiled
-from starlight_py.backend import consumer_ack, message_fields, producer_send, pulsar_client
+from starlight_py.backend import consumer_ack, producer_send
 from starlight_py.backend.pulsar_client import ConsumerHandle
 from starlight_py.gateway.consuming import runs_by_handle
 from starlight_py.model.namespaces import NamespaceName
@@ -150,39 +150,3 @@ def test_what_is_not_a_pulsar_message_is_refused_before_anything_is_acknowledged
     # acknowledgement reaches the consumer address, which is never used here.
     with pytest.raises((TypeError, RuntimeError)):
         compiled.acknowledge(NO_PRODUCER, [good, _Received(_pulsar.MessageId.earliest)])
-
-
-def _built(body: bytes, properties: dict[str, str]) -> object:
-    builder = _pulsar.MessageBuilder()
-    builder.content(body)
-    builder.properties(properties)
-    return builder.build()
-
-
-def test_received_messages_fields_are_read_as_the_binding_reads_them() -> None:
-    assert message_fields.available() is None
-    raws = [
-        _built(b"", {}),
-        _built(b"\x00" * 70_000, {"": "", "k": "v"}),
-        _built(b"m", {f"key {n:03d} \u2713": "x" * n for n in range(200)}),
-    ]
-    read = message_fields.read_fields(raws)
-    assert read == [message_fields.binding_fields(raw) for raw in raws]
-    assert [list(fields[1]) for fields in read] == [list(raw.properties()) for raw in raws]
-
-
-def test_a_batch_the_compiled_module_cannot_read_is_read_through_the_binding(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def failing(raws: list[object]) -> list[object]:
-        raise RuntimeError("a property that is not UTF-8")
-
-    handle = ConsumerHandle(TopicName(NamespaceName("public", "default"), "t"), "s")
-    assert handle._read_compiled
-    monkeypatch.setattr(pulsar_client, "read_fields", failing)
-    raws = [_built(b"a", {"k": "1"}), _built(b"b", {})]
-    received = handle._received(raws)
-    assert [(m.body, m.properties, m.redelivery_count) for m in received] == [
-        (b"a", {"k": "1"}, 0),
-        (b"b", {}, 0),
-    ]
