@@ -329,10 +329,11 @@ class Channel:
             if consumer.pending or not all(consumer.reading.values()):
                 self._drain(consumer)
 
-    def _has_credit(self, consumer: Consumer) -> bool:
+    def _has_credit(self, consumer: Consumer, unwritten: int = 0) -> bool:
+        """`unwritten`: bytes of frames made and not yet written (a drain's own)."""
         # While the client has not read this much, nobody delivers more (RabbitMQ's TCP
         # backpressure): output stays bounded whatever the prefetch and message size.
-        if self.sink.pending_output >= MAX_OUTPUT_BACKLOG:
+        if self.sink.pending_output + unwritten >= MAX_OUTPUT_BACKLOG:
             return False
         if consumer.no_ack:
             return True
@@ -364,22 +365,12 @@ class Channel:
         number = self.number
         frame_max = self.frame_max
         held = self.held.counts
-        sink = self.sink
         unacked = self.unacked
         no_ack = consumer.no_ack
-        prefetch = consumer.prefetch
         encoded_tag = consumer.encoded_tag
         encode_deliver = hot_frames.encode_deliver
         written = 0  # bytes in `frames`
-        while pending:
-            # _has_credit, with this drain's frames counted as written.
-            if sink.pending_output + written >= MAX_OUTPUT_BACKLOG:
-                break
-            if not no_ack and (
-                (prefetch and consumer.unacked >= prefetch)
-                or (self.prefetch_global and len(unacked) >= self.prefetch_global)
-            ):
-                break
+        while pending and self._has_credit(consumer, written):
             if banded and self._wait_for_higher_band(consumer):
                 break
             rank, source = pending.pop_ranked()

@@ -1,7 +1,7 @@
 """Publisher confirms of one channel: sequence numbers in publish order, exactly one ack or
 nack for each, and `multiple` for every contiguous run of equal outcomes, as RabbitMQ does.
 
-Outcomes are recorded as they come (`settle`), in any order; `runs()` then gives the
+Outcomes are recorded as they come (`settle_all`), in any order; `runs()` then gives the
 confirms that can be sent, so a batch of outcomes handled together costs one frame per run,
 not one per message.
 """
@@ -28,16 +28,10 @@ class Confirms:
         self.next_seq = seq + 1
         return seq
 
-    def settle(self, seq: int, ok: bool) -> None:
-        """Record an outcome. Raises ValueError for a number never reserved or settled twice
-        (a bug of ours, not of the client)."""
-        if seq < self._lowest_open or seq >= self.next_seq or seq in self._done:
-            raise ValueError(f"confirm for unknown or settled publish {seq}")
-        self._done[seq] = ok
-
     def settle_all(self, outcomes: Iterable[tuple[int, bool]]) -> None:
-        """`settle` each (sequence number, ok); number 0 (a publish before confirm.select)
-        is left out."""
+        """Record each (sequence number, ok); number 0 (a publish before confirm.select) is
+        left out. Raises ValueError for a number never reserved or settled twice (a bug of
+        ours, not of the client)."""
         done = self._done
         lowest = self._lowest_open
         top = self.next_seq

@@ -50,7 +50,11 @@ from starlight_py.core.consumer import Consumer, Deliverable
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.dead_lettering import DeadLetters
-from starlight_py.gateway.delivery_plans import DeliveryPlan, plan_deliveries
+from starlight_py.gateway.delivery_plans import (
+    DeliveryPlan,
+    current_binding_set,
+    plan_deliveries,
+)
 from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
 from starlight_py.gateway.queue_sources import QueueSources
 from starlight_py.gateway.requeued import RequeuedPositions
@@ -540,14 +544,7 @@ class Consumers:
         if queue in skipped_by(properties):
             return None  # refused at its length limit, or in one of its priority bands
         topic = message.handle.topic.local
-        binding_set = self.cache.binding_set(self.ctx.vhost, queue, topic)
-        if binding_set is None:
-            known = known_sets.get(topic)
-            retired = self.cache.retired(self.ctx.vhost, known.subscription) if known else None
-            if retired is not None and retired.binding_set is not None:
-                binding_set = retired.binding_set  # unbound: routes only up to its end
-            else:
-                binding_set = known  # the cache has not caught up with a new binding yet
+        binding_set = current_binding_set(self.cache, self.ctx.vhost, queue, known_sets, topic)
         exchange_name, key = naming.exchange_and_key_of_topic(topic)
         decoded = decode(properties, message.body, exchange_name, key or "")
         if binding_set is None:

@@ -107,19 +107,26 @@ class DeliveryPlan:
         return routing_key in self.keys  # direct and the default exchange
 
 
+def current_binding_set(
+    cache: PlanSource, vhost: str, queue: str, known_sets: dict[str, BindingSet], topic: str
+) -> BindingSet | None:
+    """The bindings of `queue` on `topic` (a local topic name), from the freshest state:
+    the cache, else what the consumer read from ZooKeeper (`known_sets`, by topic), bounded
+    by a retired subscription's end."""
+    binding_set = cache.binding_set(vhost, queue, topic)
+    if binding_set is not None:
+        return binding_set
+    known = known_sets.get(topic)
+    retired = cache.retired(vhost, known.subscription) if known else None
+    if retired is not None and retired.binding_set is not None:
+        return retired.binding_set  # unbound: routes only up to its end
+    return known  # the cache has not caught up with a new binding yet
+
+
 def plan_deliveries(cache: PlanSource, vhost: str, link: PlannedLink, topic: str) -> DeliveryPlan:
-    """The plan for `link`'s messages read from `topic` (a local topic name), from the
-    freshest binding state: the cache, else what the consumer read from ZooKeeper, bounded
-    by a retired subscription's end (the same choice `Consumers._route` makes)."""
+    """The plan for `link`'s messages read from `topic` (a local topic name)."""
     version = cache.changes  # read first: a change made meanwhile makes a new plan next time
-    binding_set = cache.binding_set(vhost, link.queue, topic)
-    if binding_set is None:
-        known = link.known_sets.get(topic)
-        retired = cache.retired(vhost, known.subscription) if known else None
-        if retired is not None and retired.binding_set is not None:
-            binding_set = retired.binding_set
-        else:
-            binding_set = known
+    binding_set = current_binding_set(cache, vhost, link.queue, link.known_sets, topic)
     exchange, key = naming.exchange_and_key_of_topic(topic)
     record = cache.queue(vhost, link.queue) or link.record
     return DeliveryPlan(version, exchange, key or "", record, binding_set)
