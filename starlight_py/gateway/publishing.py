@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -614,20 +614,7 @@ class Publisher:
             self.metrics.sends_done(ok, len(outcomes), now - since)
             if not ok:
                 log.warning("%d publish(es) failed in Pulsar: %s", len(outcomes), error)
-            if not ok:
-                for outcome in outcomes:
-                    outcome.ok = False
-            # _settle, inlined: this runs once per message published.
-            settled: list[tuple[int, bool]] = []
-            last: OutcomeTarget | None = None
-            for outcome in outcomes:
-                outcome.left -= 1
-                if outcome.left:
-                    continue
-                if outcome.target is not last:
-                    last = outcome.target
-                    settled = by_target.get(last) or by_target.setdefault(last, [])
-                settled.append((outcome.seq, outcome.ok and not outcome.refused))
+            _settle(outcomes, ok, by_target)
         for target, settled in by_target.items():
             target.settle_publishes(settled)
         self.kick()
@@ -644,26 +631,10 @@ class Publisher:
             if not ok:
                 log.warning("a publish failed in Pulsar: %s", error)
             if outcome is not None:
-                self._settle(outcome, ok, by_target)
+                _settle((outcome,), ok, by_target)
         for target, settled in by_target.items():
             target.settle_publishes(settled)
         self.kick()
-
-    @staticmethod
-    def _settle(
-        outcome: PublishOutcome,
-        ok: bool,
-        by_target: dict[OutcomeTarget, list[tuple[int, bool]]],
-    ) -> None:
-        if not ok:
-            outcome.ok = False
-        outcome.left -= 1
-        if outcome.left:
-            return
-        settled = by_target.get(outcome.target)
-        if settled is None:
-            settled = by_target[outcome.target] = []
-        settled.append((outcome.seq, outcome.ok and not outcome.refused))
 
     @property
     def unflushed(self) -> bool:
@@ -674,3 +645,26 @@ class Publisher:
         producers until Pulsar answers them (`_on_flushed`, `_on_tracked`): their outcomes
         only give it back from then on."""
         self._closed = True
+
+
+def _settle(
+    outcomes: Sequence[PublishOutcome],
+    ok: bool,
+    by_target: dict[OutcomeTarget, list[tuple[int, bool]]],
+) -> None:
+    """One answer from Pulsar for `outcomes` (sends of one producer, in order): each outcome
+    whose last copy this was goes to its target's list in `by_target`. Runs once per
+    message published: consecutive outcomes of one target share a lookup."""
+    if not ok:
+        for outcome in outcomes:
+            outcome.ok = False
+    settled: list[tuple[int, bool]] = []
+    last: OutcomeTarget | None = None
+    for outcome in outcomes:
+        outcome.left -= 1
+        if outcome.left:
+            continue
+        if outcome.target is not last:
+            last = outcome.target
+            settled = by_target.get(last) or by_target.setdefault(last, [])
+        settled.append((outcome.seq, outcome.ok and not outcome.refused))
