@@ -16,7 +16,7 @@ from starlight_py.backend.message_codec import IN_PRIORITY_BAND_KEY, ROUTING_KEY
 from starlight_py.backend.pulsar_client import ProducerHandle
 from starlight_py.core.channel import Channel
 from starlight_py.gateway.producer_pool import ProducerPool
-from starlight_py.gateway.publishing import Publisher
+from starlight_py.gateway.publishing import Publisher, PublishOutcome, _settle
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
@@ -290,3 +290,45 @@ def test_a_route_is_not_planned_while_pre_acks_are_asked_for_a_recent_change(
         assert publisher.publish_now(channel, publish, properties, b"m", encoded)
     assert raw.tracked == [True, False, False]
     assert list(publisher._plans) == [("fan", "")]
+
+
+class Target:
+    """An OutcomeTarget that records what is settled."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def reserve_publish(self) -> int:
+        self.next += 1
+        return self.next
+
+    def settle_publishes(self, outcomes: list[tuple[int, bool]]) -> None:
+        raise AssertionError("_settle only collects")
+
+
+def test_settle_confirms_each_publish_once_its_last_copy_is_answered() -> None:
+    first, second = Target(), Target()
+    two_copies = PublishOutcome(first, 1, 2, False)
+    refused = PublishOutcome(first, 2, 1, True)
+    other = PublishOutcome(second, 7, 1, False)
+    later = PublishOutcome(first, 3, 1, False)
+    by_target: dict[Any, list[tuple[int, bool]]] = {}
+
+    _settle([two_copies, refused, other, later], True, by_target)
+    # The two-copy publish waits for its other copy; a refused one is nacked; targets
+    # keep their publishes in order.
+    assert by_target == {first: [(2, False), (3, True)], second: [(7, True)]}
+
+    _settle((two_copies,), False, by_target)  # its other copy failed: nacked
+    assert by_target[first] == [(2, False), (3, True), (1, False)]
+    assert two_copies.left == 0
+
+
+def test_settle_nacks_every_outcome_of_a_failed_flush_even_before_its_last_copy() -> None:
+    target = Target()
+    two_copies = PublishOutcome(target, 1, 2, False)
+    by_target: dict[Any, list[tuple[int, bool]]] = {}
+    _settle([two_copies], False, by_target)
+    assert by_target == {}
+    _settle([two_copies], True, by_target)  # the other copy was stored, the first was not
+    assert by_target == {target: [(1, False)]}
