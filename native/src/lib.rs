@@ -10,7 +10,8 @@
 //!
 //! It also holds the untracked Pulsar sends (`Sender`, in `pulsar_send`): messages built with
 //! pulsar-client's C API and handed to the producer a batch per release of the GIL; and the
-//! acknowledgements of received messages (`acknowledge`, in `pulsar_ack`), the same way.
+//! acknowledgements of received messages (`acknowledge`, in `pulsar_ack`), the same way; and
+//! the messages pulsar-client's listener thread hands over (`next_batches`, in `pulsar_listen`).
 //!
 //! `scan` and `encode_deliver` are pure: bytes in, Python values out, no state and no I/O. `scan` never reports an
 //! error: it stops at the first frame that is incomplete or breaks the stream, and the
@@ -20,6 +21,7 @@
 //! limit) leaves its frames as they came, for the Python checks to judge.
 
 mod pulsar_ack;
+mod pulsar_listen;
 mod pulsar_send;
 
 use pyo3::buffer::PyBuffer;
@@ -298,5 +300,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pulsar_ack::bind_acknowledge, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_ack::acknowledge, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_ack::message_id_address, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::bind_listening, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::listener_address, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::wake_reader, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::next_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::acknowledge_listened, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        pulsar_listen::negative_acknowledge_listened,
+        m
+    )?)?;
+    m.add_class::<pulsar_listen::ListenedMessage>()?;
     Ok(())
 }

@@ -46,6 +46,28 @@ message_id_address: Callable[[Any], int] | None = (
 )
 
 
+# `_native.bind_listening`, `_native.listener_address`, `_native.next_batches`,
+# `_native.wake_reader`, `_native.acknowledge_listened` and
+# `_native.negative_acknowledge_listened` (consumers pulsar-client's listener thread hands
+# messages over for: backend/listened.py), or None.
+bind_listening: Callable[[list[int], type], None] | None = (
+    _native.bind_listening if _native is not None else None
+)
+listener_address: Callable[[], int] | None = (
+    _native.listener_address if _native is not None else None
+)
+next_batches: Callable[[dict[int, Any], int, int, int], list[tuple[Any, list[Any]]]] | None = (
+    _native.next_batches if _native is not None else None
+)
+wake_reader: Callable[[], None] | None = _native.wake_reader if _native is not None else None
+acknowledge_listened: Callable[[int, list[Any]], int] | None = (
+    _native.acknowledge_listened if _native is not None else None
+)
+negative_acknowledge_listened: Callable[[int, Any], None] | None = (
+    _native.negative_acknowledge_listened if _native is not None else None
+)
+
+
 def loaded() -> bool:
     """True when the compiled module is in use (the proxy logs which at start)."""
     return scan is not None

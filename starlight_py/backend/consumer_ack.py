@@ -31,7 +31,7 @@ from starlight_py.backend.producer_send import turned_off
 
 log = logging.getLogger("starlight.pulsar")
 
-_CONSUMER_TYPE_INFO = "_ZTIN6pulsar8ConsumerE"  # typeid(pulsar::Consumer)
+CONSUMER_TYPE_INFO = "_ZTIN6pulsar8ConsumerE"  # typeid(pulsar::Consumer)
 _MESSAGE_TYPE_INFO = "_ZTIN6pulsar7MessageE"  # typeid(pulsar::Message)
 # const pulsar::MessageId& pulsar::Message::getMessageId() const
 _GET_MESSAGE_ID = "_ZNK6pulsar7Message12getMessageIdEv"
@@ -99,6 +99,16 @@ class Acknowledger:
         return compiled.acknowledge(self._address, messages)
 
 
+class ListenedAcknowledger(Acknowledger):
+    """Acknowledges ListenedMessages (backend/listened.py) of one consumer."""
+
+    __slots__ = ()
+
+    def acknowledge(self, messages: list[Any]) -> int:
+        assert compiled.acknowledge_listened is not None
+        return compiled.acknowledge_listened(self._address, messages)
+
+
 def make_acknowledger(raw: Any) -> Acknowledger | None:
     """An Acknowledger for a `_pulsar.Consumer`, or None when this installation (or this
     consumer: the C API must see the topic and subscription Python sees) acknowledges
@@ -106,11 +116,21 @@ def make_acknowledger(raw: Any) -> Acknowledger | None:
     if available() is not None:
         return None
     try:
-        address = conduit_address(raw, _CONSUMER_TYPE_INFO)
+        return Acknowledger(checked_consumer_address(raw))
     except NativeFlushUnavailable as e:
-        log.info("acknowledging through the binding: %s", e)
+        log.warning("acknowledging through the binding: %s", e)
         return None
+
+
+def checked_consumer_address(raw: Any) -> int:
+    """The address of the C++ consumer a `_pulsar.Consumer` wraps (the C API's
+    pulsar_consumer_t), once the C API read the topic and subscription Python reads from
+    it. Raises NativeFlushUnavailable."""
+    address = conduit_address(raw, CONSUMER_TYPE_INFO)
     library = c_library()
+    for name in ("pulsar_consumer_get_topic", "pulsar_consumer_get_subscription_name"):
+        getattr(library, name).argtypes = [ctypes.c_void_p]
+        getattr(library, name).restype = ctypes.c_char_p
     topic = library.pulsar_consumer_get_topic(address)
     subscription = library.pulsar_consumer_get_subscription_name(address)
     if (
@@ -118,13 +138,8 @@ def make_acknowledger(raw: Any) -> Acknowledger | None:
         or topic.decode() != raw.topic()
         or (subscription is None or subscription.decode() != raw.subscription_name())
     ):
-        log.warning(
-            "acknowledging through the binding: pulsar-client's C API sees %r/%r where "
-            "Python sees %r/%r",
-            topic,
-            subscription,
-            raw.topic(),
-            raw.subscription_name(),
+        raise NativeFlushUnavailable(
+            f"pulsar-client's C API sees {topic!r}/{subscription!r} where Python sees "
+            f"{raw.topic()!r}/{raw.subscription_name()!r}"
         )
-        return None
-    return Acknowledger(address)
+    return address

@@ -28,6 +28,9 @@ from starlight_py.amqp.framing import decode_raw_properties
 PROPERTIES_KEY = "amqp.properties"
 EXCHANGE_KEY = "amqp.exchange"
 ROUTING_KEY_KEY = "amqp.routing_key"
+# The routing key in base64, beside ROUTING_KEY_KEY when it holds a NUL: pulsar-client's C
+# API reads properties as C strings (backend/listened.py), which end at the first NUL.
+ROUTING_KEY_BASE64_KEY = "starlight.routing-key-base64"
 HEADER_PREFIX = "amqp.header."
 # Queues (a JSON list of names) that refused the message when it was published, being at
 # their length limit with x-overflow reject-publish: their subscriptions skip it.
@@ -138,6 +141,8 @@ def encode_properties(
     result = readable.copy()
     result[EXCHANGE_KEY] = exchange
     result[ROUTING_KEY_KEY] = routing_key
+    if "\x00" in routing_key:
+        result[ROUTING_KEY_BASE64_KEY] = base64.b64encode(routing_key.encode()).decode("ascii")
     return result
 
 
@@ -160,7 +165,7 @@ def decode(
 ) -> DecodedMessage:
     """The AMQP view of a Pulsar message; never raises for a foreign message."""
     exchange = pulsar_properties.get(EXCHANGE_KEY, default_exchange)
-    routing_key = pulsar_properties.get(ROUTING_KEY_KEY, default_routing_key)
+    routing_key = _routing_key(pulsar_properties, default_routing_key)
     encoded = pulsar_properties.get(PROPERTIES_KEY)
     if encoded is not None:
         known = _DECODED_BY_ENCODED.get(encoded)
@@ -196,18 +201,29 @@ def decode(
     return DecodedMessage(exchange, routing_key, raw, body, properties)
 
 
+def _routing_key(pulsar_properties: dict[str, str], default: str) -> str:
+    escaped = pulsar_properties.get(ROUTING_KEY_BASE64_KEY)
+    if escaped is not None:
+        try:
+            return base64.b64decode(escaped, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            pass  # not one the proxy wrote: the plain property
+    return pulsar_properties.get(ROUTING_KEY_KEY, default)
+
+
 def plain_delivery(
     pulsar_properties: dict[str, str], default_exchange: str, default_routing_key: str
 ) -> tuple[str, str, bytes] | None:
     """(exchange, routing key, AMQP properties as the client sent them) of a message that
-    no queue skips (`skipped_by` is empty), that has no expiration of its own and whose
-    properties `decode` has seen before; None: `decode` it. What most deliveries need,
-    without building a DecodedMessage."""
+    no queue skips (`skipped_by` is empty), that has no expiration of its own nor a routing
+    key with a NUL, and whose properties `decode` has seen before; None: `decode` it. What
+    most deliveries need, without building a DecodedMessage."""
     if (
         REFUSED_BY_KEY in pulsar_properties
         or IN_PRIORITY_BAND_KEY in pulsar_properties
         or ROUTED_ELSEWHERE_KEY in pulsar_properties
         or EXPIRATION_KEY in pulsar_properties
+        or ROUTING_KEY_BASE64_KEY in pulsar_properties
     ):
         return None
     encoded = pulsar_properties.get(PROPERTIES_KEY)

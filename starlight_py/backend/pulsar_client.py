@@ -9,8 +9,6 @@ pulsar-client's threads and must only hand their data to the trio bridge.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import importlib.metadata
 import logging
 import threading
@@ -22,8 +20,15 @@ from typing import Any
 import _pulsar
 import pulsar
 
+from starlight_py.amqp import compiled
+from starlight_py.backend import listened
 from starlight_py.backend.broker_auth import BrokerAuthError, BrokerClientSettings
-from starlight_py.backend.consumer_ack import Acknowledger, make_acknowledger
+from starlight_py.backend.consumer_ack import (
+    Acknowledger,
+    ListenedAcknowledger,
+    checked_consumer_address,
+    make_acknowledger,
+)
 from starlight_py.backend.producer_flush import (
     Flusher,
     NativeFlushUnavailable,
@@ -36,6 +41,7 @@ from starlight_py.backend.pulsar_admin import (
     PulsarAuthenticationRefused,
     RefusalLog,
 )
+from starlight_py.backend.thread_names import name_native_thread
 from starlight_py.config import ConfigError, StarlightConfig
 from starlight_py.model.naming import TopicName
 from starlight_py.model.positions import MessageIdRecord
@@ -106,14 +112,6 @@ TRACKED_SIZE = 512 * 1024
 # this long (ms) for more once at least one is there.
 READ_BATCH = 256
 READ_BATCH_WAIT_MS = 1
-_PR_SET_NAME = 15
-
-
-def _name_native_thread(name: bytes) -> None:
-    """Name the calling OS thread (what top -H and /proc/<pid>/task/*/comm show), so the
-    bench and operators can tell the proxy's threads apart."""
-    with contextlib.suppress(OSError, AttributeError):
-        _libc().prctl(_PR_SET_NAME, name[:15], 0, 0, 0)
 
 
 def _client_version() -> str:
@@ -121,11 +119,6 @@ def _client_version() -> str:
         return importlib.metadata.version("pulsar-client")
     except importlib.metadata.PackageNotFoundError:
         return "of unknown version"
-
-
-@functools.cache
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
 
 
 class ProducerHandle:
@@ -351,6 +344,9 @@ class ConsumerHandle:
         self._gate = threading.Event()
         self._gate.set()
         self._reader: threading.Thread | None = None
+        # Listened (backend/listened.py): the C API's consumer, and its key in the reader.
+        self._listened_at = 0
+        self._listen_key = 0
 
     def acknowledge(self, message: ReceivedMessage) -> None:
         if self._acknowledger is not None:
@@ -379,6 +375,10 @@ class ConsumerHandle:
             self.acknowledge(message)
 
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
+        if self._listened_at:
+            assert compiled.negative_acknowledge_listened is not None
+            compiled.negative_acknowledge_listened(self._listened_at, message)
+            return
         try:
             self._consumer.negative_acknowledge(message.raw)
         except pulsar.PulsarException as e:
@@ -388,11 +388,16 @@ class ConsumerHandle:
         if not self.paused:
             self.paused = True
             self._gate.clear()
+            if self._listened_at:
+                # Messages already handed over still come; pulsar-client keeps the rest.
+                self._consumer.pause_message_listener()
 
     def resume(self) -> None:
         if self.paused:
             self.paused = False
             self._gate.set()
+            if self._listened_at:
+                self._consumer.resume_message_listener()
 
     def start_reading(self, listener: Listener) -> None:
         """Hand every message to `listener(handle, batch)` from a thread of this handle."""
@@ -405,7 +410,7 @@ class ConsumerHandle:
     _THREAD_NAME = b"starlight-read"
 
     def _read_loop(self, listener: Listener) -> None:
-        _name_native_thread(self._THREAD_NAME)
+        name_native_thread(self._THREAD_NAME)
         gate = self._gate
         while True:
             gate.wait()
@@ -448,6 +453,8 @@ class ConsumerHandle:
                 return
             self._closed = True
         self._gate.set()  # a paused reader wakes up and sees it is closed
+        if self._listen_key:
+            listened.READER.unregister(self._listen_key)
         try:
             self._wrapper.close()
         except pulsar.PulsarException as e:
@@ -540,7 +547,7 @@ class PulsarBackend:
         `top -H` can then tell them apart. A lookup of `topic` in the background does it."""
 
         def look_up() -> None:
-            _name_native_thread(b"pulsar-client")
+            name_native_thread(b"pulsar-client")
             try:
                 self._client.get_topic_partitions(str(topic))
             except pulsar.PulsarException as e:
@@ -641,6 +648,8 @@ class PulsarBackend:
         Raises BackendUnavailable or BackendError."""
         handle = ConsumerHandle(topic, subscription)
         size = max(1, receiver_queue_size)
+        if listener is not None and listened.available() is None:
+            return self._subscribe_listened(handle, consumer_name, size, listener)
         try:
             wrapper = self._client.subscribe(
                 str(topic),
@@ -664,6 +673,47 @@ class PulsarBackend:
         handle._acknowledger = make_acknowledger(wrapper._consumer)
         if listener is not None:
             handle.start_reading(listener)
+        return handle
+
+    def _subscribe_listened(
+        self, handle: ConsumerHandle, consumer_name: str, size: int, listener: Listener
+    ) -> ConsumerHandle:
+        """`subscribe`, with the consumer's messages handed over by pulsar-client's listener
+        thread to the process's reader (backend/listened.py)."""
+        conf = _pulsar.ConsumerConfiguration()
+        conf.consumer_type(pulsar.ConsumerType.Shared)
+        conf.receiver_queue_size(size)
+        conf.consumer_name(consumer_name)
+        conf.negative_ack_redelivery_delay_ms(100)
+        conf.subscription_initial_position(pulsar.InitialPosition.Latest)
+        conf.schema(pulsar.schema.BytesSchema().schema_info())
+        conf.batch_index_ack_enabled(self.batching)
+        key = listened.READER.register(handle, listener)
+        try:
+            listened.listen(conf, key)
+            raw = self._client._client.subscribe(str(handle.topic), handle.subscription, conf)
+        except BaseException as e:
+            listened.READER.unregister(key)
+            if isinstance(e, (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError)):
+                raise self._unusable(f"cannot consume from {handle.topic}", e) from e
+            if isinstance(e, pulsar.PulsarException):
+                raise BackendError(f"cannot consume from {handle.topic}: {e}") from e
+            raise
+        wrapper = pulsar.Consumer()
+        wrapper._consumer = raw
+        wrapper._client = self._client
+        wrapper._schema = pulsar.schema.BytesSchema()
+        self._client._consumers.append(wrapper)
+        handle._wrapper = wrapper
+        handle._consumer = raw
+        handle._listen_key = key
+        try:
+            handle._listened_at = checked_consumer_address(raw)
+        except NativeFlushUnavailable as e:
+            # Listened, but with no way to acknowledge: not a consumer to keep.
+            handle.close()
+            raise BackendError(f"cannot consume from {handle.topic}: {e}") from e
+        handle._acknowledger = ListenedAcknowledger(handle._listened_at)
         return handle
 
     def ack_only_consumer(

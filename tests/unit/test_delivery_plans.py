@@ -18,6 +18,7 @@ from starlight_py.backend.message_codec import (
     PROPERTIES_KEY,
     REFUSED_BY_KEY,
     ROUTED_ELSEWHERE_KEY,
+    ROUTING_KEY_BASE64_KEY,
     ROUTING_KEY_KEY,
     decode,
     encode_properties,
@@ -229,3 +230,18 @@ def test_settle_all_refuses_what_was_never_reserved_or_settles_twice(
         confirms.reserve()
     with pytest.raises(ValueError):
         confirms.settle_all(outcomes)
+
+
+def test_a_routing_key_with_a_nul_survives_properties_read_as_c_strings() -> None:
+    """pulsar-client's C API (listened consumers) reads each property up to its first NUL:
+    the routing key comes back whole from its base64 copy, and never through the plain
+    shortcut, which reads the truncated one."""
+    key = "a\x00b\x00"
+    pulsar = encode_properties("ex", key, properties_of(app_id="nul"))
+    assert ROUTING_KEY_BASE64_KEY in pulsar
+    as_c_strings = {k: v.split("\x00", 1)[0] for k, v in pulsar.items()}
+    assert as_c_strings[ROUTING_KEY_KEY] == "a"
+    assert decode(as_c_strings, b"", "dx", "dk").routing_key == key
+    assert plain_delivery(as_c_strings, "dx", "dk") is None
+    plain = encode_properties("ex", "ab", properties_of(app_id="nul"))
+    assert ROUTING_KEY_BASE64_KEY not in plain  # only keys with a NUL carry a copy

@@ -1,0 +1,203 @@
+"""Consumers whose messages pulsar-client's listener thread hands over, compiled
+(native/src/pulsar_listen.rs).
+
+A reader thread per consumer, blocked in `batch_receive`, costs a wake-up, a timer and a
+hand-over of the GIL for each few messages of each consumer (docs/performance.md). Here
+each consumer is subscribed with a compiled C API message listener instead: pulsar-client's
+listener thread puts each message into one queue, without the GIL, and one reader thread
+per process (`ListenedReader`) takes everything there at once and hands each consumer its
+batch. A message taken this way is a `ListenedMessage`: it owns the C API's message, and
+its consumer acknowledges it through the C API.
+
+Used when the compiled module is there (and STARLIGHT_NATIVE_PULSAR is not 0), once the C
+API reads from a pybind11 consumer configuration what Python reads, and prints message ids
+as the binding does. Otherwise each consumer has a reader thread of its own
+(pulsar_client.ConsumerHandle).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import _pulsar
+
+from starlight_py.amqp import compiled
+from starlight_py.backend.producer_flush import (
+    NativeFlushUnavailable,
+    c_library,
+    conduit_address,
+)
+from starlight_py.backend.producer_send import turned_off
+from starlight_py.backend.thread_names import name_native_thread
+from starlight_py.model.positions import MessageIdRecord
+
+log = logging.getLogger("starlight.pulsar")
+
+_CONFIGURATION_TYPE_INFO = "_ZTIN6pulsar21ConsumerConfigurationE"
+# In the order native/src/pulsar_listen.rs `bind_listening` takes them.
+_BOUND = (
+    "pulsar_message_get_data",
+    "pulsar_message_get_length",
+    "pulsar_message_get_properties",
+    "pulsar_string_map_size",
+    "pulsar_string_map_get_key",
+    "pulsar_string_map_get_value",
+    "pulsar_string_map_free",
+    "pulsar_message_get_redelivery_count",
+    "pulsar_message_get_publish_timestamp",
+    "pulsar_message_get_message_id",
+    "pulsar_message_id_str",
+    "pulsar_message_id_free",
+    "pulsar_message_free",
+    "pulsar_consumer_acknowledge_async",
+    "pulsar_consumer_negative_acknowledge",
+)
+# How long the reader waits for messages before it looks again (ms).
+_READER_WAIT_MS = 1000
+# Once a message is there, the reader waits this long (µs) for up to this many: a few
+# larger hand-overs cost trio less than many small ones (as a reader thread's batch
+# receive made them: pulsar_client.READ_BATCH, READ_BATCH_WAIT_MS).
+_GATHER_US = 1000
+_GATHER_MOST = 256
+
+
+@functools.cache
+def available() -> str | None:
+    """None when consumers can be listened to; else why not."""
+    reason = turned_off(compiled.bind_listening, compiled.next_batches)
+    if reason is not None:
+        return reason
+    try:
+        library = c_library()
+        addresses = [_address_of(getattr(library, name)) for name in _BOUND]
+        addresses.append(_address_of(ctypes.CDLL(None).free))
+        setter = library.pulsar_consumer_configuration_set_message_listener
+        queue_size = library.pulsar_consumer_configuration_get_receiver_queue_size
+        earliest = library.pulsar_message_id_earliest
+        to_text = library.pulsar_message_id_str
+    except AttributeError as e:
+        return f"pulsar-client exports no C consumer API: {e}"
+    setter.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    setter.restype = None
+    queue_size.argtypes = [ctypes.c_void_p]
+    queue_size.restype = ctypes.c_int
+    earliest.argtypes = []
+    earliest.restype = ctypes.c_void_p
+    to_text.argtypes = [ctypes.c_void_p]
+    to_text.restype = ctypes.c_void_p
+    # Ids are read as pulsar-client prints them: the C API must print them as the binding.
+    text = to_text(earliest())
+    if not text:
+        return "pulsar-client printed no message id"
+    try:
+        printed = ctypes.string_at(text).decode()
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(text))
+    if printed != str(_pulsar.MessageId.earliest):
+        return f"the C API prints ids as {printed!r}, the binding as {_pulsar.MessageId.earliest}"
+    try:
+        configuration_address(_pulsar.ConsumerConfiguration())
+    except NativeFlushUnavailable as e:
+        return str(e)
+    assert compiled.bind_listening is not None  # turned_off said so
+    compiled.bind_listening(addresses, MessageIdRecord)
+    return None
+
+
+def _address_of(function: Any) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
+def configuration_address(conf: Any) -> int:
+    """The address of the C++ configuration a `_pulsar.ConsumerConfiguration` wraps (the C
+    API's pulsar_consumer_configuration_t), once the C API read its receiver queue size as
+    Python does. Raises NativeFlushUnavailable."""
+    address = conduit_address(conf, _CONFIGURATION_TYPE_INFO)
+    expected = conf.receiver_queue_size()
+    conf.receiver_queue_size(expected + 1)
+    try:
+        seen = c_library().pulsar_consumer_configuration_get_receiver_queue_size(address)
+    finally:
+        conf.receiver_queue_size(expected)
+    if seen != expected + 1:
+        raise NativeFlushUnavailable(
+            f"pulsar-client's C API reads receiver queue size {seen} where Python set "
+            f"{expected + 1}"
+        )
+    return address
+
+
+def listen(conf: Any, key: int) -> None:
+    """Have the consumer made from `conf` hand its messages to the reader, as `key`'s."""
+    assert compiled.listener_address is not None
+    c_library().pulsar_consumer_configuration_set_message_listener(
+        configuration_address(conf), compiled.listener_address(), key
+    )
+
+
+# A consumer's key, and where its batches go: (handle, batch) -> None, on the reader thread.
+Deliver = Callable[[Any, list[Any]], None]
+
+
+class ListenedReader:
+    """The process's one reader of listened consumers: a thread that takes what pulsar-client
+    handed over and gives each consumer its batch (`deliver(handle, batch)`)."""
+
+    def __init__(self) -> None:
+        self._keys = itertools.count(1)
+        self._handles: dict[int, Any] = {}  # key -> the handle (read by the compiled take)
+        self._deliveries: dict[int, Deliver] = {}  # id(handle) -> where its batches go
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def register(self, handle: Any, deliver: Deliver) -> int:
+        """A key for `handle`'s messages (give it to `listen`); starts the thread."""
+        with self._lock:
+            key = next(self._keys)
+            self._handles[key] = handle
+            self._deliveries[id(handle)] = deliver
+            if self._thread is None or self._pid != os.getpid():
+                # Not yet in this process (a worker forked after its parent started one).
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._run, name="starlight-read", daemon=True
+                )
+                self._thread.start()
+        return key
+
+    def unregister(self, key: int) -> None:
+        """No more batches for this key: what pulsar-client hands over for it from now on
+        is freed unread (the broker redelivers it once the consumer is closed)."""
+        with self._lock:
+            handle = self._handles.pop(key, None)
+            if handle is not None:
+                self._deliveries.pop(id(handle), None)
+
+    def _run(self) -> None:
+        name_native_thread(b"starlight-read")
+        next_batches = compiled.next_batches
+        assert next_batches is not None
+        while True:
+            try:
+                batches = next_batches(self._handles, _READER_WAIT_MS, _GATHER_US, _GATHER_MOST)
+            except Exception:  # never lose the reader: a failed take freed its messages
+                log.exception("taking received messages")
+                continue
+            for handle, batch in batches:
+                deliver = self._deliveries.get(id(handle))
+                if deliver is not None:
+                    try:
+                        deliver(handle, batch)
+                    except Exception:
+                        log.exception("handing over messages of %s", handle)
+
+
+READER = ListenedReader()

@@ -1,0 +1,251 @@
+"""Consumers whose messages pulsar-client's listener thread hands over (backend/listened.py,
+native/src/pulsar_listen.rs), against a real Pulsar: what arrives is what was sent, each
+message once, to the consumer that received it; acknowledgements, negative ones and pauses
+keep counts exact."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+
+from starlight_py.amqp import compiled
+from starlight_py.backend import listened
+from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend
+from starlight_py.local import ServiceEndpoints
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import TopicName
+from tests.support.amqp_fixtures import unique
+
+PROPERTIES = {
+    "amqp.exchange": "",
+    "amqp.routing_key": "q",
+    "amqp.properties": "kAABAQ==",
+    "x-header.naïve": "façade ✓",
+}
+
+
+class Received:
+    """What a listened consumer handed over, by handle, as the reader thread saw it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches: list[tuple[ConsumerHandle, list[object]]] = []
+
+    def __call__(self, handle: ConsumerHandle, batch: list[object]) -> None:
+        with self.lock:
+            self.batches.append((handle, batch))
+
+    def messages(self, handle: ConsumerHandle | None = None) -> list[object]:
+        with self.lock:
+            return [m for h, b in self.batches for m in b if handle is None or h is handle]
+
+    def wait_for(self, count: int, handle: ConsumerHandle | None = None) -> list[object]:
+        deadline = time.monotonic() + 20
+        while len(self.messages(handle)) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.messages(handle)
+
+
+@pytest.fixture
+def backend(services: ServiceEndpoints) -> Iterator[PulsarBackend]:
+    made = PulsarBackend(services.pulsar_service_url, batching=True)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def client(services: ServiceEndpoints) -> Iterator[pulsar.Client]:
+    made = pulsar.Client(services.pulsar_service_url)
+    yield made
+    made.close()
+
+
+def _topic() -> TopicName:
+    return TopicName(NamespaceName("public", "default"), unique("listened", "topic"))
+
+
+def _send(client: pulsar.Client, topic: TopicName, bodies: list[bytes]) -> None:
+    """Batched as the proxy batches: at most 100 messages an entry."""
+    producer = client.create_producer(
+        str(topic),
+        batching_enabled=True,
+        batching_max_publish_delay_ms=5,
+        batching_max_messages=100,
+        max_pending_messages=10_000,
+        block_if_queue_full=True,
+    )
+    failed: list[object] = []
+    for body in bodies:
+        producer.send_async(
+            body,
+            lambda result, _id: failed.append(result) if result != pulsar.Result.Ok else None,
+            properties=PROPERTIES,
+        )
+    producer.flush()
+    producer.close()
+    assert failed == []
+
+
+def _left_on(client: pulsar.Client, topic: TopicName, subscription: str) -> list[bytes]:
+    """What the subscription gives back to a new consumer (acknowledging it)."""
+    consumer = client.subscribe(
+        str(topic),
+        subscription,
+        consumer_type=pulsar.ConsumerType.Shared,
+        batch_index_ack_enabled=True,
+    )
+    left = []
+    try:
+        while True:
+            try:
+                message = consumer.receive(3000)
+            except pulsar.Timeout:
+                return left
+            left.append(message.data())
+            consumer.acknowledge(message)
+    finally:
+        consumer.close()
+
+
+def test_this_installation_listens_through_the_compiled_path() -> None:
+    """The other tests here would pass with reader threads too: make sure they ran on the
+    listened path (CI installs the Rust module)."""
+    assert listened.available() is None
+
+
+def test_messages_arrive_byte_for_byte_once_each_with_their_positions(
+    backend: PulsarBackend, client: pulsar.Client
+) -> None:
+    topic = _topic()
+    received = Received()
+    handle = backend.subscribe(topic, "s", "c", 1000, received)
+    bodies = [b"%d" % n for n in range(500)] + [b"", bytes(range(256)) * 40]
+    _send(client, topic, bodies)
+    messages = received.wait_for(len(bodies))
+    assert [m.body for m in messages] == bodies  # type: ignore[attr-defined]
+    first = messages[0]
+    assert type(first).__name__ == "ListenedMessage"
+    assert first.properties == PROPERTIES  # type: ignore[attr-defined]
+    assert first.redelivery_count == 0  # type: ignore[attr-defined]
+    assert first.handle is handle  # type: ignore[attr-defined]
+    assert first.raw is first  # type: ignore[attr-defined]
+    assert first.topic_local == topic.local  # type: ignore[attr-defined]
+    assert abs(first.publish_time_ms - time.time() * 1000) < 60_000  # type: ignore[attr-defined]
+    # Positions are those a reader of the topic sees, and distinct.
+    reader = client.create_reader(str(topic), pulsar.MessageId.earliest)
+    try:
+        for message in messages[:50]:
+            expected = reader.read_next(10_000).message_id()
+            position = message.position  # type: ignore[attr-defined]
+            assert (position.ledger_id, position.entry_id, position.batch_index) == (
+                expected.ledger_id(),
+                expected.entry_id(),
+                expected.batch_index(),
+            )
+    finally:
+        reader.close()
+    assert len({m.position for m in messages}) == len(bodies)  # type: ignore[attr-defined]
+    handle.acknowledge_all(messages)  # type: ignore[arg-type]
+    handle.close()
+    assert _left_on(client, topic, "s") == []
+
+
+def test_acknowledged_messages_are_settled_and_only_those(
+    backend: PulsarBackend, client: pulsar.Client
+) -> None:
+    """Batched messages, every tenth left unacknowledged (the others acknowledged as they
+    arrive, a batch at a time): the subscription gives back those and nothing else once
+    the consumer closes."""
+    topic = _topic()
+    received = Received()
+
+    def acknowledge_most(handle: ConsumerHandle, batch: list[object]) -> None:
+        received(handle, batch)
+        handle.acknowledge_all([m for m in batch if int(m.body) % 10 != 3])  # type: ignore[attr-defined]
+
+    handle = backend.subscribe(topic, "s", "c", 200, acknowledge_most)
+    total = 3000
+    _send(client, topic, [b"%d" % n for n in range(total)])
+    messages = received.wait_for(total)
+    assert sorted(int(m.body) for m in messages) == list(range(total))  # type: ignore[attr-defined]
+    handle.close()
+    del messages
+    left = _left_on(client, topic, "s")
+    assert sorted(int(x) for x in left) == [n for n in range(total) if n % 10 == 3]
+
+
+def test_a_negatively_acknowledged_message_comes_back_once_with_its_count(
+    backend: PulsarBackend, client: pulsar.Client
+) -> None:
+    topic = _topic()
+    received = Received()
+    handle = backend.subscribe(topic, "s", "c", 1000, received)
+    _send(client, topic, [b"a", b"b", b"c"])
+    first = received.wait_for(3)
+    handle.acknowledge_all([first[0], first[2]])  # type: ignore[list-item]
+    handle.negative_acknowledge(first[1])  # type: ignore[arg-type]
+    again = received.wait_for(4)
+    assert len(again) == 4
+    assert again[3].body == b"b"  # type: ignore[attr-defined]
+    assert again[3].redelivery_count == 1  # type: ignore[attr-defined]
+    handle.acknowledge_all([again[3]])  # type: ignore[list-item]
+    time.sleep(0.5)
+    assert len(received.messages()) == 4
+    handle.close()
+    assert _left_on(client, topic, "s") == []
+
+
+def test_a_paused_consumer_is_handed_nothing_more_until_resumed(
+    backend: PulsarBackend, client: pulsar.Client
+) -> None:
+    topic = _topic()
+    received = Received()
+    handle = backend.subscribe(topic, "s", "c", 10, received)
+    handle.pause()
+    time.sleep(0.2)
+    _send(client, topic, [b"%d" % n for n in range(200)])
+    time.sleep(1.0)
+    assert received.messages() == []  # pulsar-client keeps them (and the broker the rest)
+    handle.resume()
+    messages = received.wait_for(200)
+    assert sorted(int(m.body) for m in messages) == list(range(200))  # type: ignore[attr-defined]
+    handle.acknowledge_all(messages)  # type: ignore[arg-type]
+    handle.close()
+    assert _left_on(client, topic, "s") == []
+
+
+def test_each_consumer_is_handed_its_own_messages(
+    backend: PulsarBackend, client: pulsar.Client
+) -> None:
+    topics = [_topic(), _topic()]
+    received = Received()
+    handles = [backend.subscribe(t, "s", "c", 1000, received) for t in topics]
+    for index, topic in enumerate(topics):
+        _send(client, topic, [b"%d-%d" % (index, n) for n in range(300)])
+    for index, handle in enumerate(handles):
+        mine = received.wait_for(300, handle)
+        assert [m.body for m in mine] == [b"%d-%d" % (index, n) for n in range(300)]  # type: ignore[attr-defined]
+        assert all(m.handle is handle for m in mine)  # type: ignore[attr-defined]
+    for _, batch in received.batches:  # a batch is one consumer's
+        assert len({m.handle for m in batch}) == 1  # type: ignore[attr-defined]
+    for handle in handles:
+        handle.acknowledge_all(received.messages(handle))  # type: ignore[arg-type]
+        handle.close()
+
+
+def test_a_closed_consumer_is_handed_nothing_and_its_messages_come_back(
+    backend: PulsarBackend, client: pulsar.Client
+) -> None:
+    topic = _topic()
+    received = Received()
+    handle = backend.subscribe(topic, "s", "c", 1000, received)
+    handle.close()
+    assert compiled.next_batches is not None
+    _send(client, topic, [b"x", b"y"])
+    time.sleep(0.5)
+    assert received.messages() == []
+    assert sorted(_left_on(client, topic, "s")) == [b"x", b"y"]
