@@ -458,3 +458,24 @@ def test_kombu_simple_queue_round_trip_with_json_payload_and_headers(
                 queue.get(block=True, timeout=0.3)
         finally:
             queue.close()
+
+
+@pytest.mark.parametrize("path", ["get", "consume"])
+def test_a_routing_key_with_nul_bytes_is_delivered_whole(
+    connection: BlockingConnection, created: Created, path: str
+) -> None:
+    """A routing key is any short string, NULs included: the proxy reads received messages'
+    properties through pulsar-client's C API, whose strings end at a NUL (the key travels
+    in base64 beside its plain copy, backend/message_codec.py)."""
+    channel = confirming_channel(connection)
+    exchange, queue = created.exchange(), created.queue()
+    channel.exchange_declare(exchange, "topic", auto_delete=True)
+    channel.queue_declare(queue, exclusive=True)
+    channel.queue_bind(queue, exchange, "odd.#")
+    key = "odd.\x00nul\x00.end"
+    channel.basic_publish(exchange, key, b"with-nul")
+    if path == "get":
+        method, _, body = get_one(connection.channel(), queue, auto_ack=True)
+    else:
+        method, _, body = consume_one(connection, queue)
+    assert (body, method.routing_key) == (b"with-nul", key)
