@@ -175,18 +175,19 @@ fn wait_for<'a>(
     guard
 }
 
-/// The messages there are: waits up to `timeout_ms` for the first, then up to `gather_us`
-/// more for up to `most` of them (fewer, larger hand-overs, as a batch receive makes).
+/// The messages there are. Idle (`gather_us` 0), as a blocking receive: waits up to
+/// `timeout_ms` for the first and takes it at once, so a message arriving alone is not
+/// held back. Busy (the last take found some), as a batch receive: waits up to `gather_us`
+/// for `most` of them, and takes what there is then, maybe nothing.
 fn take_pending(timeout_ms: u64, gather_us: u64, most: usize) -> Vec<(u64, usize)> {
     let pending = match PENDING.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     };
-    let pending = wait_for(pending, 1, Duration::from_millis(timeout_ms));
-    let mut pending = if gather_us > 0 && !pending.messages.is_empty() {
+    let mut pending = if gather_us > 0 {
         wait_for(pending, most.max(1), Duration::from_micros(gather_us))
     } else {
-        pending
+        wait_for(pending, 1, Duration::from_millis(timeout_ms))
     };
     pending.woken = false;
     std::mem::take(&mut pending.messages)
@@ -387,8 +388,8 @@ impl ListenedMessage {
     }
 }
 
-/// Wait up to `timeout_ms` for messages of listening consumers (GIL let go), then up to
-/// `gather_us` for `most` of them, and take all there are: a list of (handle, [ListenedMessage, ...]), one entry per consumer in the order
+/// Wait for messages of listening consumers (GIL let go; `take_pending` says how long)
+/// and take all there are: a list of (handle, [ListenedMessage, ...]), one entry per consumer in the order
 /// its first message came, each consumer's messages in order. `handles` maps a consumer's
 /// key to its handle; messages of a key not in it (a consumer closed meanwhile) are freed
 /// (the broker redelivers them). Empty on timeout or after `wake_reader`.

@@ -59,11 +59,13 @@ _BOUND = (
     "pulsar_consumer_acknowledge_async",
     "pulsar_consumer_negative_acknowledge",
 )
-# How long the reader waits for messages before it looks again (ms).
+# Idle, the reader waits this long (ms) for a message before it looks again, and hands
+# over the first at once.
 _READER_WAIT_MS = 1000
-# Once a message is there, the reader waits this long (µs) for up to this many: a few
-# larger hand-overs cost trio less than many small ones (as a reader thread's batch
-# receive made them: pulsar_client.READ_BATCH, READ_BATCH_WAIT_MS).
+# Busy (its last take found messages), it waits this long (µs) for up to this many and
+# takes what there is then: a few larger hand-overs cost trio less than many small ones.
+# As each consumer's reader thread did with `receive()` and `batch_receive`
+# (pulsar_client.READ_BATCH, READ_BATCH_WAIT_MS).
 _GATHER_US = 1000
 _GATHER_MOST = 256
 
@@ -185,11 +187,14 @@ class ListenedReader:
         name_native_thread(b"starlight-read")
         next_batches = compiled.next_batches
         assert next_batches is not None
+        batches: list[tuple[Any, list[Any]]] = []
         while True:
+            gather = _GATHER_US if batches else 0
             try:
-                batches = next_batches(self._handles, _READER_WAIT_MS, _GATHER_US, _GATHER_MOST)
+                batches = next_batches(self._handles, _READER_WAIT_MS, gather, _GATHER_MOST)
             except Exception:  # never lose the reader: a failed take freed its messages
                 log.exception("taking received messages")
+                batches = []
                 continue
             for handle, batch in batches:
                 deliver = self._deliveries.get(id(handle))
