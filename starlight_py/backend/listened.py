@@ -17,6 +17,7 @@ as the binding does. Otherwise each consumer has a reader thread of its own
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import itertools
@@ -73,7 +74,7 @@ _GATHER_MOST = 256
 @functools.cache
 def available() -> str | None:
     """None when consumers can be listened to; else why not."""
-    reason = turned_off(compiled.bind_listening, compiled.next_batches)
+    reason = turned_off(compiled.bind_listening, compiled.next_batches, compiled.wake_reader)
     if reason is not None:
         return reason
     try:
@@ -159,6 +160,7 @@ class ListenedReader:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._stopping = False
 
     def register(self, handle: Any, deliver: Deliver) -> int:
         """A key for `handle`'s messages (give it to `listen`); starts the thread."""
@@ -173,7 +175,20 @@ class ListenedReader:
                     target=self._run, name="starlight-read", daemon=True
                 )
                 self._thread.start()
+                atexit.register(self.stop)
         return key
+
+    def stop(self) -> None:
+        """Stop the thread (at exit): a daemon thread that woke up while the interpreter
+        finalizes would be ended by an exception thrown through the compiled frames it
+        is in, which aborts the process."""
+        thread = self._thread
+        if thread is None or self._pid != os.getpid():
+            return
+        self._stopping = True
+        assert compiled.wake_reader is not None
+        compiled.wake_reader()
+        thread.join(timeout=5)
 
     def unregister(self, key: int) -> None:
         """No more batches for this key: what pulsar-client hands over for it from now on
@@ -188,7 +203,7 @@ class ListenedReader:
         next_batches = compiled.next_batches
         assert next_batches is not None
         batches: list[tuple[Any, list[Any]]] = []
-        while True:
+        while not self._stopping:
             gather = _GATHER_US if batches else 0
             try:
                 batches = next_batches(self._handles, _READER_WAIT_MS, gather, _GATHER_MOST)

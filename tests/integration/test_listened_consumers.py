@@ -5,6 +5,8 @@ keep counts exact."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -249,3 +251,50 @@ def test_a_closed_consumer_is_handed_nothing_and_its_messages_come_back(
     time.sleep(0.5)
     assert received.messages() == []
     assert sorted(_left_on(client, topic, "s")) == [b"x", b"y"]
+
+
+EXIT_WHILE_RECEIVING = """
+import sys, time
+from starlight_py.backend.pulsar_client import PulsarBackend
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import TopicName
+
+backend = PulsarBackend(sys.argv[1], batching=True)
+got = []
+topic = TopicName(NamespaceName("public", "default"), sys.argv[2])
+backend.subscribe(topic, "s", "c", 1000, lambda handle, batch: got.extend(batch))
+print("subscribed", flush=True)
+deadline = time.monotonic() + 20
+while len(got) < 500 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("received", len(got), flush=True)
+"""
+
+
+def test_a_process_that_exits_while_messages_arrive_exits_cleanly(
+    services: ServiceEndpoints, client: pulsar.Client
+) -> None:
+    """The reader thread is stopped at exit: woken while the interpreter finalizes, it
+    would be ended by an exception thrown through compiled frames, which aborts the
+    process ("FATAL: exception not rethrown")."""
+    topic = _topic()
+    producer = client.create_producer(
+        str(topic), batching_enabled=True, batching_max_publish_delay_ms=1
+    )
+    for attempt in range(3):
+        child = subprocess.Popen(
+            [sys.executable, "-c", EXIT_WHILE_RECEIVING, services.pulsar_service_url, topic.local],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"subscribed\n"
+        while child.poll() is None:  # messages arrive until (and while) it exits
+            for _ in range(200):
+                producer.send_async(b"x" * 100, None)
+            time.sleep(0.002)
+        out, err = child.communicate()
+        assert child.returncode == 0, (attempt, out, err)
+        assert out.startswith(b"received ")
+        assert b"FATAL" not in err
+    producer.close()
