@@ -190,8 +190,14 @@ fn take_pending(timeout_ms: u64, gather_us: u64, most: usize) -> Vec<(u64, usize
         wait_for(pending, 1, Duration::from_millis(timeout_ms))
     };
     pending.woken = false;
-    std::mem::take(&mut pending.messages)
+    // The next take is likely as large: one allocation now spares the listener's pushes
+    // growing the vector again from nothing, under the lock.
+    let room = pending.messages.len().min(MOST_KEPT_ROOM);
+    std::mem::replace(&mut pending.messages, Vec::with_capacity(room))
 }
+
+/// The most room kept for the next take (entries), so one burst does not pin memory.
+const MOST_KEPT_ROOM: usize = 4096;
 
 /// A message received by a listening consumer: what the gateway reads of a received message
 /// (starlight_py.backend.pulsar_client.ReceivedMessage), taken from the C API's message,

@@ -96,6 +96,7 @@ def available() -> str | None:
     to_text.argtypes = [ctypes.c_void_p]
     to_text.restype = ctypes.c_void_p
     # Ids are read as pulsar-client prints them: the C API must print them as the binding.
+    # (pulsar_message_id_earliest is a static id of the C API's own: not to be freed.)
     text = to_text(earliest())
     if not text:
         return "pulsar-client printed no message id"

@@ -21,7 +21,7 @@ from starlight_py.amqp import compiled
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import ConnectionForced, InternalError
 from starlight_py.auth.authenticator import Authenticator, build_authenticator
-from starlight_py.backend import consumer_ack, producer_send
+from starlight_py.backend import consumer_ack, listened, producer_send
 from starlight_py.backend.batching_support import batching_caveat, batching_refusal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
@@ -620,6 +620,15 @@ async def _serve(
             "pulsar-client calls: through its Python binding, about 4 µs more CPU per "
             "message (%s; docs/performance.md#pulsar-client-calls-through-its-c-api)",
             "; ".join(sorted(set(reasons))),
+        )
+    listened_reason = listened.available()
+    if listened_reason is None:
+        log.info("consumers: listened through the C API, one reader thread (native/)")
+    else:
+        log.warning(
+            "consumers: a reader thread each, about 5 µs more CPU per message (%s; "
+            "docs/performance.md, 'One reader for every consumer')",
+            listened_reason,
         )
 
     async def handle(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> None:

@@ -3,6 +3,7 @@ STARLIGHT_PULSAR_URL / STARLIGHT_PULSAR_WEB_URL / STARLIGHT_ZOOKEEPER), and prox
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pika
+import pulsar
 import pytest
 from pika.adapters.blocking_connection import BlockingConnection
 
@@ -61,6 +63,16 @@ def services(
             pulsar.stop()
     finally:
         zookeeper.stop()
+
+
+@pytest.fixture
+def pulsar_client(services: ServiceEndpoints) -> Iterator[pulsar.Client]:
+    """A plain pulsar-client Client of the session's Pulsar, its log kept to errors."""
+    quiet = logging.getLogger("test.pulsar")
+    quiet.setLevel(logging.ERROR)
+    made = pulsar.Client(services.pulsar_service_url, logger=quiet)
+    yield made
+    made.close()
 
 
 @pytest.fixture(scope="session")

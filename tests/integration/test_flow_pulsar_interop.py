@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
-from collections.abc import Iterator
 
 import pika
 import pulsar
-import pytest
 
-from starlight_py.local import ServiceEndpoints
 from tests.support.proxy_runner import ProxyThread
-
-
-@pytest.fixture
-def pulsar_client(services: ServiceEndpoints) -> Iterator[pulsar.Client]:
-    quiet = logging.getLogger("test.pulsar")
-    quiet.setLevel(logging.ERROR)
-    client = pulsar.Client(services.pulsar_service_url, logger=quiet)
-    yield client
-    client.close()
 
 
 def get_one(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> tuple:

@@ -59,20 +59,13 @@ def backend(services: ServiceEndpoints) -> Iterator[PulsarBackend]:
     made.close()
 
 
-@pytest.fixture
-def client(services: ServiceEndpoints) -> Iterator[pulsar.Client]:
-    made = pulsar.Client(services.pulsar_service_url)
-    yield made
-    made.close()
-
-
 def _topic() -> TopicName:
     return TopicName(NamespaceName("public", "default"), unique("listened", "topic"))
 
 
-def _send(client: pulsar.Client, topic: TopicName, bodies: list[bytes]) -> None:
+def _send(pulsar_client: pulsar.Client, topic: TopicName, bodies: list[bytes]) -> None:
     """Batched as the proxy batches: at most 100 messages an entry."""
-    producer = client.create_producer(
+    producer = pulsar_client.create_producer(
         str(topic),
         batching_enabled=True,
         batching_max_publish_delay_ms=5,
@@ -92,9 +85,9 @@ def _send(client: pulsar.Client, topic: TopicName, bodies: list[bytes]) -> None:
     assert failed == []
 
 
-def _left_on(client: pulsar.Client, topic: TopicName, subscription: str) -> list[bytes]:
+def _left_on(pulsar_client: pulsar.Client, topic: TopicName, subscription: str) -> list[bytes]:
     """What the subscription gives back to a new consumer (acknowledging it)."""
-    consumer = client.subscribe(
+    consumer = pulsar_client.subscribe(
         str(topic),
         subscription,
         consumer_type=pulsar.ConsumerType.Shared,
@@ -120,13 +113,13 @@ def test_this_installation_listens_through_the_compiled_path() -> None:
 
 
 def test_messages_arrive_byte_for_byte_once_each_with_their_positions(
-    backend: PulsarBackend, client: pulsar.Client
+    backend: PulsarBackend, pulsar_client: pulsar.Client
 ) -> None:
     topic = _topic()
     received = Received()
     handle = backend.subscribe(topic, "s", "c", 1000, received)
     bodies = [b"%d" % n for n in range(500)] + [b"", bytes(range(256)) * 40]
-    _send(client, topic, bodies)
+    _send(pulsar_client, topic, bodies)
     messages = received.wait_for(len(bodies))
     assert [m.body for m in messages] == bodies  # type: ignore[attr-defined]
     first = messages[0]
@@ -138,7 +131,7 @@ def test_messages_arrive_byte_for_byte_once_each_with_their_positions(
     assert first.topic_local == topic.local  # type: ignore[attr-defined]
     assert abs(first.publish_time_ms - time.time() * 1000) < 60_000  # type: ignore[attr-defined]
     # Positions are those a reader of the topic sees, and distinct.
-    reader = client.create_reader(str(topic), pulsar.MessageId.earliest)
+    reader = pulsar_client.create_reader(str(topic), pulsar.MessageId.earliest)
     try:
         for message in messages[:50]:
             expected = reader.read_next(10_000).message_id()
@@ -153,11 +146,11 @@ def test_messages_arrive_byte_for_byte_once_each_with_their_positions(
     assert len({m.position for m in messages}) == len(bodies)  # type: ignore[attr-defined]
     handle.acknowledge_all(messages)  # type: ignore[arg-type]
     handle.close()
-    assert _left_on(client, topic, "s") == []
+    assert _left_on(pulsar_client, topic, "s") == []
 
 
 def test_acknowledged_messages_are_settled_and_only_those(
-    backend: PulsarBackend, client: pulsar.Client
+    backend: PulsarBackend, pulsar_client: pulsar.Client
 ) -> None:
     """Batched messages, every tenth left unacknowledged (the others acknowledged as they
     arrive, a batch at a time): the subscription gives back those and nothing else once
@@ -171,22 +164,22 @@ def test_acknowledged_messages_are_settled_and_only_those(
 
     handle = backend.subscribe(topic, "s", "c", 200, acknowledge_most)
     total = 3000
-    _send(client, topic, [b"%d" % n for n in range(total)])
+    _send(pulsar_client, topic, [b"%d" % n for n in range(total)])
     messages = received.wait_for(total)
     assert sorted(int(m.body) for m in messages) == list(range(total))  # type: ignore[attr-defined]
     handle.close()
     del messages
-    left = _left_on(client, topic, "s")
+    left = _left_on(pulsar_client, topic, "s")
     assert sorted(int(x) for x in left) == [n for n in range(total) if n % 10 == 3]
 
 
 def test_a_negatively_acknowledged_message_comes_back_once_with_its_count(
-    backend: PulsarBackend, client: pulsar.Client
+    backend: PulsarBackend, pulsar_client: pulsar.Client
 ) -> None:
     topic = _topic()
     received = Received()
     handle = backend.subscribe(topic, "s", "c", 1000, received)
-    _send(client, topic, [b"a", b"b", b"c"])
+    _send(pulsar_client, topic, [b"a", b"b", b"c"])
     first = received.wait_for(3)
     handle.acknowledge_all([first[0], first[2]])  # type: ignore[list-item]
     handle.negative_acknowledge(first[1])  # type: ignore[arg-type]
@@ -198,18 +191,18 @@ def test_a_negatively_acknowledged_message_comes_back_once_with_its_count(
     time.sleep(0.5)
     assert len(received.messages()) == 4
     handle.close()
-    assert _left_on(client, topic, "s") == []
+    assert _left_on(pulsar_client, topic, "s") == []
 
 
 def test_a_paused_consumer_is_handed_nothing_more_until_resumed(
-    backend: PulsarBackend, client: pulsar.Client
+    backend: PulsarBackend, pulsar_client: pulsar.Client
 ) -> None:
     topic = _topic()
     received = Received()
     handle = backend.subscribe(topic, "s", "c", 10, received)
     handle.pause()
     time.sleep(0.2)
-    _send(client, topic, [b"%d" % n for n in range(200)])
+    _send(pulsar_client, topic, [b"%d" % n for n in range(200)])
     time.sleep(1.0)
     assert received.messages() == []  # pulsar-client keeps them (and the broker the rest)
     handle.resume()
@@ -217,17 +210,17 @@ def test_a_paused_consumer_is_handed_nothing_more_until_resumed(
     assert sorted(int(m.body) for m in messages) == list(range(200))  # type: ignore[attr-defined]
     handle.acknowledge_all(messages)  # type: ignore[arg-type]
     handle.close()
-    assert _left_on(client, topic, "s") == []
+    assert _left_on(pulsar_client, topic, "s") == []
 
 
 def test_each_consumer_is_handed_its_own_messages(
-    backend: PulsarBackend, client: pulsar.Client
+    backend: PulsarBackend, pulsar_client: pulsar.Client
 ) -> None:
     topics = [_topic(), _topic()]
     received = Received()
     handles = [backend.subscribe(t, "s", "c", 1000, received) for t in topics]
     for index, topic in enumerate(topics):
-        _send(client, topic, [b"%d-%d" % (index, n) for n in range(300)])
+        _send(pulsar_client, topic, [b"%d-%d" % (index, n) for n in range(300)])
     for index, handle in enumerate(handles):
         mine = received.wait_for(300, handle)
         assert [m.body for m in mine] == [b"%d-%d" % (index, n) for n in range(300)]  # type: ignore[attr-defined]
@@ -240,17 +233,17 @@ def test_each_consumer_is_handed_its_own_messages(
 
 
 def test_a_closed_consumer_is_handed_nothing_and_its_messages_come_back(
-    backend: PulsarBackend, client: pulsar.Client
+    backend: PulsarBackend, pulsar_client: pulsar.Client
 ) -> None:
     topic = _topic()
     received = Received()
     handle = backend.subscribe(topic, "s", "c", 1000, received)
     handle.close()
     assert compiled.next_batches is not None
-    _send(client, topic, [b"x", b"y"])
+    _send(pulsar_client, topic, [b"x", b"y"])
     time.sleep(0.5)
     assert received.messages() == []
-    assert sorted(_left_on(client, topic, "s")) == [b"x", b"y"]
+    assert sorted(_left_on(pulsar_client, topic, "s")) == [b"x", b"y"]
 
 
 EXIT_WHILE_RECEIVING = """
@@ -272,13 +265,13 @@ print("received", len(got), flush=True)
 
 
 def test_a_process_that_exits_while_messages_arrive_exits_cleanly(
-    services: ServiceEndpoints, client: pulsar.Client
+    services: ServiceEndpoints, pulsar_client: pulsar.Client
 ) -> None:
     """The reader thread is stopped at exit: woken while the interpreter finalizes, it
     would be ended by an exception thrown through compiled frames, which aborts the
     process ("FATAL: exception not rethrown")."""
     topic = _topic()
-    producer = client.create_producer(
+    producer = pulsar_client.create_producer(
         str(topic), batching_enabled=True, batching_max_publish_delay_ms=1
     )
     for attempt in range(3):

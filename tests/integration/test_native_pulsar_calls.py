@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pulsar
-import pytest
 
 from starlight_py.backend import consumer_ack, producer_send
 from starlight_py.backend.producer_flush import ProducerFlusher
 from starlight_py.backend.pulsar_client import ProducerHandle
-from starlight_py.local import ServiceEndpoints
 from tests.support.amqp_fixtures import unique
 
 PROPERTIES = {
@@ -30,19 +27,12 @@ PROPERTIES = {
 }
 
 
-@pytest.fixture
-def client(services: ServiceEndpoints) -> Iterator[pulsar.Client]:
-    made = pulsar.Client(services.pulsar_service_url)
-    yield made
-    made.close()
-
-
 def _topic() -> str:
     return f"persistent://public/default/{unique('native-send', 'topic')}"
 
 
-def _producer(client: pulsar.Client, topic: str) -> ProducerHandle:
-    producer = client.create_producer(
+def _producer(pulsar_client: pulsar.Client, topic: str) -> ProducerHandle:
+    producer = pulsar_client.create_producer(
         topic,
         batching_enabled=True,
         batching_max_publish_delay_ms=10_000,  # only flushes send
@@ -52,8 +42,10 @@ def _producer(client: pulsar.Client, topic: str) -> ProducerHandle:
     return ProducerHandle(producer, 10_000, None, batching=True)
 
 
-def _read_all(client: pulsar.Client, topic: str, count: int) -> list[tuple[bytes, dict[str, str]]]:
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+def _read_all(
+    pulsar_client: pulsar.Client, topic: str, count: int
+) -> list[tuple[bytes, dict[str, str]]]:
+    reader = pulsar_client.create_reader(topic, pulsar.MessageId.earliest)
     try:
         seen = []
         for _ in range(count):
@@ -72,10 +64,10 @@ def test_this_installation_sends_through_the_compiled_path() -> None:
 
 
 def test_sends_on_every_path_arrive_byte_for_byte_in_the_order_they_were_sent(
-    client: pulsar.Client,
+    pulsar_client: pulsar.Client,
 ) -> None:
     topic = _topic()
-    handle = _producer(client, topic)
+    handle = _producer(pulsar_client, topic)
     expected: list[tuple[bytes, dict[str, str]]] = []
     outcomes: list[bool] = []
     done = threading.Event()
@@ -104,19 +96,19 @@ def test_sends_on_every_path_arrive_byte_for_byte_in_the_order_they_were_sent(
     expected.append((b"", {"empty": ""}))
     handle.flush(flushed)
     assert done.wait(10)
-    assert _read_all(client, topic, len(expected)) == expected
+    assert _read_all(pulsar_client, topic, len(expected)) == expected
     handle.close()
 
 
 def test_messages_waiting_in_the_compiled_sender_are_sent_by_a_blocking_flush(
-    client: pulsar.Client,
+    pulsar_client: pulsar.Client,
 ) -> None:
     topic = _topic()
-    handle = _producer(client, topic)
+    handle = _producer(pulsar_client, topic)
     for number in range(20):
         handle.send(b"%d" % number, {"n": str(number)})
     handle.flush_blocking()  # what the pool does before it closes a producer
-    assert _read_all(client, topic, 20) == [(b"%d" % n, {"n": str(n)}) for n in range(20)]
+    assert _read_all(pulsar_client, topic, 20) == [(b"%d" % n, {"n": str(n)}) for n in range(20)]
     handle.close()
 
 
@@ -128,7 +120,7 @@ class _Received:
 
 
 def test_compiled_acknowledgements_settle_exactly_the_messages_acknowledged(
-    client: pulsar.Client,
+    pulsar_client: pulsar.Client,
 ) -> None:
     """Batched messages, every tenth left unacknowledged: after the consumer closes, the
     subscription gives back those and nothing else (batch-index acknowledgements)."""
@@ -137,10 +129,12 @@ def test_compiled_acknowledgements_settle_exactly_the_messages_acknowledged(
         "consumer_type": pulsar.ConsumerType.Shared,
         "batch_index_ack_enabled": True,
     }
-    consumer = client.subscribe(topic, "s", **options)
+    consumer = pulsar_client.subscribe(topic, "s", **options)
     acknowledger = consumer_ack.make_acknowledger(consumer._consumer)
     assert acknowledger is not None  # the compiled path is the one tested
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
+    producer = pulsar_client.create_producer(
+        topic, batching_enabled=True, batching_max_publish_delay_ms=5
+    )
     total = 3000
     for number in range(total):
         producer.send_async(b"%d" % number, None)
@@ -153,7 +147,7 @@ def test_compiled_acknowledgements_settle_exactly_the_messages_acknowledged(
         received += len(batch)
         acknowledger.acknowledge([m for m in batch if int(m.raw.data()) % 10 != 3])
     consumer.close()
-    again = client.subscribe(topic, "s", **options)
+    again = pulsar_client.subscribe(topic, "s", **options)
     left = []
     while True:
         try:
@@ -166,14 +160,14 @@ def test_compiled_acknowledgements_settle_exactly_the_messages_acknowledged(
 
 
 def test_batches_handed_over_by_two_threads_keep_the_order_they_were_added_in(
-    client: pulsar.Client,
+    pulsar_client: pulsar.Client,
 ) -> None:
     """A worker thread's blocking flush (ProducerPool.flush_all) hands over what the sender
     kept while the trio thread goes on adding and handing over: the topic keeps the order of
     the adds."""
     topic = _topic()
     total = 20_000
-    producer = client.create_producer(
+    producer = pulsar_client.create_producer(
         topic,
         batching_enabled=True,
         batching_max_publish_delay_ms=1,
@@ -204,5 +198,5 @@ def test_batches_handed_over_by_two_threads_keep_the_order_they_were_added_in(
         stop.set()
         worker.join()
     producer.flush()
-    seen = [int(body) for body, _ in _read_all(client, topic, total)]
+    seen = [int(body) for body, _ in _read_all(pulsar_client, topic, total)]
     assert seen == list(range(total))
