@@ -300,6 +300,7 @@ def _java_suite(
         work_dir=settings.work_dir,
         perftest_command=command,
         pulsar_distribution=distribution,
+        prime_s=args.prime,
     )
     began = time.monotonic()
     results = run_suite(args.scenarios, args.targets, servers, suite_settings)

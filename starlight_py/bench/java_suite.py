@@ -19,7 +19,7 @@ window divided by the messages consumed in that window (see ``cpu``, ``window``)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,7 @@ class SuiteSettings:
     perftest_command: list[str]  # java -cp ... com.rabbitmq.perf.PerfTest
     pulsar_distribution: Path  # holds bin/pulsar-perf
     size: int = 1024
+    prime_s: float = 0.0  # unrecorded traffic to each target before the first case
 
 
 def plan(scenarios: Sequence[str], targets: Sequence[str]) -> list[tuple[Scenario, str]]:
@@ -112,6 +113,8 @@ def run_suite(
     """Every case; failures are rows with status error or skipped. Raises nothing but
     KeyboardInterrupt."""
     cases = plan(scenarios, targets)
+    if settings.prime_s > 0 and cases:
+        prime(targets, servers, settings)
     results: list[LoadResult] = []
     for index, (scenario, target) in enumerate(cases, 1):
         tool = ROW_TOOLS[target]
@@ -139,6 +142,37 @@ def run_suite(
         _say_result(result)
         results.append(result)
     return results
+
+
+def prime(targets: Sequence[str], servers: SuiteServers, settings: SuiteSettings) -> None:
+    """Unrecorded traffic to each running target, one pair at full speed, so that no case
+    pays for a cold server: a Pulsar started a minute before spends about 30 % of its CPU in
+    its JIT compiler (docs/performance.md), which would fall on whichever case runs first.
+    Every target is primed alike, RabbitMQ too. Failures are reported and do not stop the
+    run."""
+    seconds = max(1, round(settings.prime_s))
+    primed = Scenario("prime", 1, None)
+    for target in TARGETS:
+        if target not in targets or target == MATCHED or not servers.available(target):
+            continue
+        if target == "proxy" and servers.proxy_alive and not servers.proxy_alive():
+            continue
+        say(f"priming {target} for {seconds} s (not recorded)")
+        name = f"00-prime-{target}"
+        log_dir = settings.work_dir / "java-cases" / name
+        try:
+            if target == "pulsar":
+                # pulsar-perf counts in 10 s reports: at least one of warm-up and one measured.
+                halves = replace(settings, warmup_s=max(10, seconds - 10), duration_s=10)
+                outcome = _pulsar_perf(primed, servers, halves, name, CpuMeter({}), log_dir)
+            else:
+                whole = replace(settings, warmup_s=1, duration_s=max(1, seconds - 1))
+                outcome = _perftest(primed, target, servers, whole, name, CpuMeter({}), log_dir)
+        except BenchError as e:
+            say(f"  priming {target}: {e}")
+            continue
+        if outcome.error is not None:
+            say(f"  priming {target}: {outcome.error}")
 
 
 def _proxy_rate(scenario: Scenario, results: Sequence[LoadResult]) -> float | None:

@@ -19,6 +19,8 @@ DEFAULT_SIZES = (100, 1024, 16 * 1024)
 # --clients java: measured window and warm-up in seconds; --quick for smoke runs.
 JAVA_DURATION, JAVA_WARMUP = 30, 10
 QUICK_DURATION, QUICK_WARMUP = 5, 2
+# Before the first case, each target is primed this long (s): see --prime.
+JAVA_PRIME, PYTHON_PRIME = 20.0, 6.0
 # --clients python: producers' time cap in seconds, unmeasured messages per producer.
 PYTHON_DURATION, PYTHON_WARMUP = 4.0, 20
 
@@ -157,11 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--prime",
         type=float,
-        default=6.0,
         metavar="SECONDS",
-        help="(python) before the measured cases, send unrecorded traffic to each target for this "
-        "long (1x1, 1KiB, pipelined): warms Pulsar's JIT, which otherwise penalises whichever "
-        "target runs first (default: 6; 0 = no priming)",
+        help="before the measured cases, send unrecorded traffic to each target for this long "
+        "(one producer, one consumer, 1 KiB): warms Pulsar's JIT, which otherwise penalises "
+        f"whichever target runs first (default: {JAVA_PRIME} with --clients java, pulsar-perf "
+        f"rounding up to its 10 s reports; {PYTHON_PRIME} with python; 0 = no priming)",
     )
     parser.add_argument(
         "--timeout",
@@ -285,7 +287,10 @@ def resolve_suite_options(args: argparse.Namespace) -> str | None:
     if not java:
         args.duration = PYTHON_DURATION if args.duration is None else args.duration
         args.warmup = PYTHON_WARMUP if args.warmup is None else int(args.warmup)
+        args.prime = PYTHON_PRIME if args.prime is None else args.prime
         return None
+    if args.prime is None:
+        args.prime = 0.0 if args.quick else JAVA_PRIME
     if args.duration is None:
         args.duration = QUICK_DURATION if args.quick else JAVA_DURATION
     if args.warmup is None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from starlight_py.bench import java_report
+import pytest
+
+from starlight_py.bench import java_report, java_suite
 from starlight_py.bench.java_suite import TARGETS, SuiteServers, SuiteSettings, plan, run_suite
 from starlight_py.bench.load_result import MATCHED, SCENARIOS, LoadResult
 from starlight_py.bench.targets import (
@@ -200,3 +202,57 @@ def test_without_a_proxy_rate_the_matched_row_is_skipped(tmp_path: Path) -> None
         (MATCHED, "skipped"),
     ]
     assert results[2].detail == "the proxy row has no rate to match"
+
+
+def _recording_tools(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, int, int]]:
+    """Replaces both load generators: each run is recorded as (case name, target, warm-up s,
+    measured s) and fails, so that the cases end as errors."""
+    runs: list[tuple[str, str, int, int]] = []
+
+    def perftest(scenario, target, servers, settings, name, meter, log_dir):  # type: ignore[no-untyped-def]
+        runs.append((name, target, settings.warmup_s, settings.duration_s))
+        return java_suite._ToolOutcome([], "not run", {})
+
+    def pulsar_perf(scenario, servers, settings, name, meter, log_dir):  # type: ignore[no-untyped-def]
+        runs.append((name, "pulsar-perf", settings.warmup_s, settings.duration_s))
+        return java_suite._ToolOutcome([], "not run", {})
+
+    monkeypatch.setattr(java_suite, "_perftest", perftest)
+    monkeypatch.setattr(java_suite, "_pulsar_perf", pulsar_perf)
+    return runs
+
+
+_RUNNING = SuiteServers(
+    rabbitmq_url="amqp://r",
+    pulsar_service_url="pulsar://p",
+    pulsar_web_url="http://p",
+)
+
+
+def test_each_running_target_is_primed_once_before_the_first_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = _recording_tools(monkeypatch)
+    settings = SuiteSettings(10, 30, "run", tmp_path, ["false"], tmp_path, prime_s=20)
+    results = run_suite(["1p1c"], ("proxy", "rabbitmq", "pulsar"), _RUNNING, settings)
+    assert runs == [
+        # the proxy is not running: not primed; pulsar-perf counts in 10 s reports
+        ("00-prime-rabbitmq", "rabbitmq", 1, 19),
+        ("00-prime-pulsar", "pulsar-perf", 10, 10),
+        ("02-1p1c-rabbitmq", "rabbitmq", 10, 30),
+        ("03-1p1c-pulsar", "pulsar-perf", 10, 30),
+    ]
+    # priming records nothing: the rows are the cases'
+    assert [(r.target, r.status) for r in results] == [
+        ("proxy", "skipped"),
+        ("rabbitmq", "error"),
+        ("pulsar", "error"),
+        (MATCHED, "skipped"),
+    ]
+
+
+def test_no_priming_when_it_is_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _recording_tools(monkeypatch)
+    settings = SuiteSettings(10, 30, "run", tmp_path, ["false"], tmp_path, prime_s=0)
+    run_suite(["1p1c"], ("rabbitmq",), _RUNNING, settings)
+    assert [name for name, *_ in runs] == ["01-1p1c-rabbitmq"]
