@@ -89,6 +89,7 @@ class SuiteSettings:
     pulsar_distribution: Path  # holds bin/pulsar-perf
     size: int = 1024
     prime_s: float = 0.0  # unrecorded traffic to each target before the first case
+    rounds: int = 1  # every case this many times, round after round (--repeat)
 
 
 def plan(scenarios: Sequence[str], targets: Sequence[str]) -> list[tuple[Scenario, str]]:
@@ -112,14 +113,20 @@ def run_suite(
 ) -> list[LoadResult]:
     """Every case; failures are rows with status error or skipped. Raises nothing but
     KeyboardInterrupt."""
-    cases = plan(scenarios, targets)
+    cases = [
+        (number, scenario, target)
+        for number in range(1, settings.rounds + 1)
+        for scenario, target in plan(scenarios, targets)
+    ]
     if settings.prime_s > 0 and cases:
         prime(targets, servers, settings)
     results: list[LoadResult] = []
-    for index, (scenario, target) in enumerate(cases, 1):
+    for index, (number, scenario, target) in enumerate(cases, 1):
         tool = ROW_TOOLS[target]
-        result = LoadResult(scenario.name, target, tool, proxy_workers=servers.proxy_workers)
-        rate = _proxy_rate(scenario, results) if target == MATCHED else scenario.rate
+        result = LoadResult(
+            scenario.name, target, tool, proxy_workers=servers.proxy_workers, round=number
+        )
+        rate = _proxy_rate(scenario, number, results) if target == MATCHED else scenario.rate
         if target == MATCHED and rate is None:
             result.status, result.detail = "skipped", "the proxy row has no rate to match"
         elif not servers.available(target):
@@ -127,7 +134,8 @@ def run_suite(
         elif target == "proxy" and servers.proxy_alive and not servers.proxy_alive():
             result.status, result.detail = "skipped", "the proxy has exited"
         else:
-            say(f"[{index}/{len(cases)}] {scenario.name} against {target} with {tool}")
+            of_round = f" (round {number} of {settings.rounds})" if settings.rounds > 1 else ""
+            say(f"[{index}/{len(cases)}] {scenario.name} against {target} with {tool}{of_round}")
             try:
                 _run_case(
                     Scenario(scenario.name, scenario.pairs, rate),
@@ -175,12 +183,59 @@ def prime(targets: Sequence[str], servers: SuiteServers, settings: SuiteSettings
             say(f"  priming {target}: {outcome.error}")
 
 
-def _proxy_rate(scenario: Scenario, results: Sequence[LoadResult]) -> float | None:
-    """What the proxy consumed per second in this scenario, for pulsar-perf to match."""
+def _proxy_rate(scenario: Scenario, number: int, results: Sequence[LoadResult]) -> float | None:
+    """What the proxy consumed per second in this scenario and round, for pulsar-perf to
+    match."""
     for r in results:
-        if r.scenario == scenario.name and r.target == "proxy" and r.ok and r.received_per_s:
+        if (
+            r.scenario == scenario.name
+            and r.round == number
+            and r.target == "proxy"
+            and r.ok
+            and r.received_per_s
+        ):
             return r.received_per_s
     return None
+
+
+def median_rows(results: Sequence[LoadResult]) -> list[LoadResult]:
+    """One row per scenario and target: of its rounds' measured rows, the one with the
+    median msg/s (the lower of the middle two for an even count), so that one slow or fast
+    round of a target does not decide a ratio. A case no round measured keeps its first
+    row. In the order the cases ran."""
+    rows: dict[tuple[str, str], list[LoadResult]] = {}
+    for r in results:
+        rows.setdefault((r.scenario, r.target), []).append(r)
+    chosen = []
+    for rounds in rows.values():
+        measured = sorted(
+            (r for r in rounds if r.ok and r.received_per_s is not None),
+            key=lambda r: r.received_per_s or 0.0,
+        )
+        chosen.append(measured[(len(measured) - 1) // 2] if measured else rounds[0])
+    return chosen
+
+
+def round_lines(results: Sequence[LoadResult]) -> list[str]:
+    """Each scenario and target's rounds, msg/s and the server's CPU per message, one line
+    each (printed before the table of medians when the run had several rounds)."""
+    rows: dict[tuple[str, str], list[LoadResult]] = {}
+    for r in results:
+        rows.setdefault((r.scenario, r.target), []).append(r)
+    lines = []
+    for (scenario, target), rounds in rows.items():
+        figures = []
+        for r in rounds:
+            if not r.ok or r.received_per_s is None:
+                figures.append(r.status)
+                continue
+            server = target if target in ("proxy", "rabbitmq") else "pulsar"
+            cpu = r.cpu_us_per_msg.get(server)
+            figures.append(
+                f"{r.received_per_s:,.0f}" + (f" ({cpu:g} µs)" if cpu is not None else "")
+            )
+        lines.append(f"{scenario:<12}{target:<16}" + " | ".join(figures))
+    return lines
 
 
 @dataclass(frozen=True)

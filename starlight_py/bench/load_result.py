@@ -59,6 +59,7 @@ class LoadResult:
     proxy_threads_us_per_msg: dict[str, float] = field(default_factory=dict)
     proxy_workers: int = 1
     raw: dict[str, Any] = field(default_factory=dict)  # the tool's own lines, parsed
+    round: int = 1  # which of the run's rounds (--repeat) measured it
 
     @property
     def ok(self) -> bool:

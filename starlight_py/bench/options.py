@@ -166,6 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"rounding up to its 10 s reports; {PYTHON_PRIME} with python; 0 = no priming)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="(java) run every case N times, round after round, and judge the median round "
+        "of each (default: 1). This machine's speed drifts between runs of the same build; "
+        "every round is printed and kept in --json",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=60.0,
@@ -291,6 +300,8 @@ def resolve_suite_options(args: argparse.Namespace) -> str | None:
         return None
     if args.prime is None:
         args.prime = 0.0 if args.quick else JAVA_PRIME
+    if args.repeat < 1:
+        return "--repeat needs 1 or more"
     if args.duration is None:
         args.duration = QUICK_DURATION if args.quick else JAVA_DURATION
     if args.warmup is None:

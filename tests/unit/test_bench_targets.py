@@ -21,6 +21,7 @@ from starlight_py.bench.targets import (
     ratio,
     verdicts,
 )
+from starlight_py.bench.window import IntervalFigures
 
 
 def row(
@@ -256,3 +257,67 @@ def test_no_priming_when_it_is_turned_off(tmp_path: Path, monkeypatch: pytest.Mo
     settings = SuiteSettings(10, 30, "run", tmp_path, ["false"], tmp_path, prime_s=0)
     run_suite(["1p1c"], ("rabbitmq",), _RUNNING, settings)
     assert [name for name, *_ in runs] == ["01-1p1c-rabbitmq"]
+
+
+def _row(scenario: str, target: str, number: int, per_s: float | None, cpu: float) -> LoadResult:
+    server = target if target in ("proxy", "rabbitmq") else "pulsar"
+    row = LoadResult(scenario, target, "PerfTest", round=number, received_per_s=per_s)
+    row.cpu_us_per_msg = {server: cpu}
+    if per_s is None:
+        row.status = "error"
+    return row
+
+
+def test_the_median_round_of_each_target_is_the_row_judged() -> None:
+    results = [
+        _row("4p4c", "proxy", 1, 28_000.0, 32.0),
+        _row("4p4c", "rabbitmq", 1, 27_000.0, 49.0),
+        _row("4p4c", "proxy", 2, 23_000.0, 39.0),
+        _row("4p4c", "rabbitmq", 2, 28_000.0, 48.0),
+        _row("4p4c", "proxy", 3, 25_000.0, 36.0),
+        _row("4p4c", "rabbitmq", 3, None, 0.0),  # failed: not a candidate
+    ]
+    chosen = java_suite.median_rows(results)
+    assert [(r.target, r.round) for r in chosen] == [("proxy", 3), ("rabbitmq", 1)]
+    assert java_suite.round_lines(results) == [
+        "4p4c        proxy           28,000 (32 µs) | 23,000 (39 µs) | 25,000 (36 µs)",
+        "4p4c        rabbitmq        27,000 (49 µs) | 28,000 (48 µs) | error",
+    ]
+
+
+def test_a_case_no_round_measured_keeps_its_first_row() -> None:
+    failed = [_row("1p1c", "proxy", 1, None, 0.0), _row("1p1c", "proxy", 2, None, 0.0)]
+    assert java_suite.median_rows(failed) == [failed[0]]
+
+
+def test_each_round_runs_every_case_and_matches_its_own_proxy_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rates = iter([20_000.0, 25_000.0])
+    matched: list[float | None] = []
+
+    def perftest(scenario, target, servers, settings, name, meter, log_dir):  # type: ignore[no-untyped-def]
+        rate = next(rates)
+        interval = IntervalFigures(1.0, rate, rate, 1.0, 2.0)
+        return java_suite._ToolOutcome([interval], None, {})
+
+    def pulsar_perf(scenario, servers, settings, name, meter, log_dir):  # type: ignore[no-untyped-def]
+        matched.append(scenario.rate)
+        return java_suite._ToolOutcome([], "not run", {})
+
+    monkeypatch.setattr(java_suite, "_perftest", perftest)
+    monkeypatch.setattr(java_suite, "_pulsar_perf", pulsar_perf)
+    servers = SuiteServers(
+        proxy_url="amqp://p", pulsar_service_url="pulsar://p", pulsar_web_url="http://p"
+    )
+    settings = SuiteSettings(1, 1, "run", tmp_path, ["false"], tmp_path, rounds=2)
+    results = run_suite(["1p1c"], ("proxy", "pulsar"), servers, settings)
+    assert [(r.target, r.round) for r in results] == [
+        ("proxy", 1),
+        ("pulsar", 1),
+        (MATCHED, 1),
+        ("proxy", 2),
+        ("pulsar", 2),
+        (MATCHED, 2),
+    ]
+    assert matched == [None, 20_000.0, None, 25_000.0]
