@@ -291,3 +291,52 @@ def test_a_process_that_exits_while_messages_arrive_exits_cleanly(
         assert out.startswith(b"received ")
         assert b"FATAL" not in err
     producer.close()
+
+
+GATHER_THEN_WAIT = """
+import sys, threading, time
+import _pulsar, pulsar
+from starlight_py.amqp import compiled
+from starlight_py.backend import listened
+
+assert listened.available() is None
+client = pulsar.Client(sys.argv[1])
+topic = sys.argv[2]
+conf = _pulsar.ConsumerConfiguration()
+conf.consumer_type(pulsar.ConsumerType.Shared)
+conf.schema(pulsar.schema.BytesSchema().schema_info())
+listened.listen(conf, 7)  # no ListenedReader in this process: this script takes them
+consumer = client._client.subscribe(topic, "s", conf)
+producer = client.create_producer(topic, batching_enabled=False)
+
+def send_later():
+    time.sleep(0.3)
+    producer.send(b"late")
+
+threading.Thread(target=send_later).start()
+# As after a take of several messages: gather for 1 ms; nothing comes in that time.
+batches = compiled.next_batches({7: "the handle"}, 20_000, 1_000, 256)
+print("taken:", [(handle, [m.body for m in batch]) for handle, batch in batches], flush=True)
+consumer.close()
+client.close()
+"""
+
+
+def test_a_gather_that_finds_nothing_waits_on_for_the_next_message(
+    services: ServiceEndpoints,
+) -> None:
+    """A take that gathers and finds nothing in its 1 ms goes on waiting, as when idle,
+    and returns the message that comes later, instead of returning empty-handed (an
+    empty return per message at a few hundred a second, each taking the GIL). Its own
+    process: the test takes the messages itself, with no reader thread competing."""
+    topic = str(_topic())
+    done = subprocess.run(
+        [sys.executable, "-c", GATHER_THEN_WAIT, services.pulsar_service_url, topic],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # pulsar-client logs to stdout too.
+    taken = [line for line in done.stdout.splitlines() if line.startswith(b"taken:")]
+    assert taken == [b"taken: [('the handle', [b'late'])]"]
