@@ -198,16 +198,21 @@ def _proxy_rate(scenario: Scenario, number: int, results: Sequence[LoadResult]) 
     return None
 
 
+def _rounds_by_case(results: Sequence[LoadResult]) -> dict[tuple[str, str], list[LoadResult]]:
+    """Each (scenario, target)'s rows, round after round, in the order the cases ran."""
+    rows: dict[tuple[str, str], list[LoadResult]] = {}
+    for r in results:
+        rows.setdefault((r.scenario, r.target), []).append(r)
+    return rows
+
+
 def median_rows(results: Sequence[LoadResult]) -> list[LoadResult]:
     """One row per scenario and target: of its rounds' measured rows, the one with the
     median msg/s (the lower of the middle two for an even count), so that one slow or fast
     round of a target does not decide a ratio. A case no round measured keeps its first
     row. In the order the cases ran."""
-    rows: dict[tuple[str, str], list[LoadResult]] = {}
-    for r in results:
-        rows.setdefault((r.scenario, r.target), []).append(r)
     chosen = []
-    for rounds in rows.values():
+    for rounds in _rounds_by_case(results).values():
         measured = sorted(
             (r for r in rounds if r.ok and r.received_per_s is not None),
             key=lambda r: r.received_per_s or 0.0,
@@ -219,11 +224,8 @@ def median_rows(results: Sequence[LoadResult]) -> list[LoadResult]:
 def round_lines(results: Sequence[LoadResult]) -> list[str]:
     """Each scenario and target's rounds, msg/s and the server's CPU per message, one line
     each (printed before the table of medians when the run had several rounds)."""
-    rows: dict[tuple[str, str], list[LoadResult]] = {}
-    for r in results:
-        rows.setdefault((r.scenario, r.target), []).append(r)
     lines = []
-    for (scenario, target), rounds in rows.items():
+    for (scenario, target), rounds in _rounds_by_case(results).items():
         figures = []
         for r in rounds:
             if not r.ok or r.received_per_s is None:
