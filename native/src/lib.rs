@@ -11,7 +11,8 @@
 //! It also holds the untracked Pulsar sends (`Sender`, in `pulsar_send`): messages built with
 //! pulsar-client's C API and handed to the producer a batch per release of the GIL; and the
 //! acknowledgements of received messages (`acknowledge`, in `pulsar_ack`), the same way; and
-//! the messages pulsar-client's listener thread hands over (`next_batches`, in `pulsar_listen`).
+//! the messages pulsar-client's listener thread hands over (`next_batches`, in `pulsar_listen`);
+//! and producer flushes whose outcomes reach trio without the GIL (`flush`, in `pulsar_flush`).
 //!
 //! `scan` and `encode_deliver` are pure: bytes in, Python values out, no state and no I/O. `scan` never reports an
 //! error: it stops at the first frame that is incomplete or breaks the stream, and the
@@ -21,6 +22,7 @@
 //! limit) leaves its frames as they came, for the Python checks to judge.
 
 mod pulsar_ack;
+mod pulsar_flush;
 mod pulsar_listen;
 mod pulsar_send;
 
@@ -304,11 +306,19 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pulsar_listen::listener_address, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::wake_reader, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::next_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::take_listened, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::attach_listen_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::detach_listen_signal, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::acknowledge_listened, m)?)?;
     m.add_function(wrap_pyfunction!(
         pulsar_listen::negative_acknowledge_listened,
         m
     )?)?;
     m.add_class::<pulsar_listen::ListenedMessage>()?;
+    m.add_function(wrap_pyfunction!(pulsar_flush::bind_flush, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_flush::flush, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_flush::attach_flush_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_flush::detach_flush_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_flush::take_flushed, m)?)?;
     Ok(())
 }

@@ -115,27 +115,68 @@ struct Pending {
     wanted: usize,
     /// Set by `wake_reader`: the waiting reader returns empty-handed.
     woken: bool,
+    /// The eventfd a trio task waits on (`attach_listen_signal`), or -1: none.
+    fd: c_int,
+    /// The eventfd was written since the last take.
+    signalled: bool,
 }
 
 static PENDING: Mutex<Pending> = Mutex::new(Pending {
     messages: Vec::new(),
     wanted: 0,
     woken: false,
+    fd: -1,
+    signalled: false,
 });
+
+extern "C" {
+    fn write(fd: c_int, buf: *const c_void, count: usize) -> isize;
+}
+
+fn pending() -> std::sync::MutexGuard<'static, Pending> {
+    // Nothing panics while holding it; a poisoned lock still holds a valid queue.
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
 static ARRIVED: Condvar = Condvar::new();
 
 /// The message listener given to pulsar-client (pulsar_message_listener): runs on its
 /// listener thread, once per message, with the consumer's key as `ctx`.
 extern "C" fn on_message(_consumer: *mut c_void, message: *mut c_void, ctx: *mut c_void) {
-    let mut pending = match PENDING.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    };
+    let mut pending = pending();
     pending.messages.push((ctx as u64, message as usize));
+    if pending.fd >= 0 && !pending.signalled {
+        pending.signalled = true;
+        let one: u64 = 1;
+        // SAFETY: a valid eventfd (attached, not closed before it is detached) and 8 bytes
+        // from a u64.
+        unsafe { write(pending.fd, (&one as *const u64).cast(), 8) };
+    }
     if pending.wanted != 0 && pending.messages.len() >= pending.wanted {
         pending.wanted = 0;
         ARRIVED.notify_one();
     }
+}
+
+/// From now on, `fd` (an eventfd) is written when a message comes to an empty queue, for a
+/// trio task that takes them (`take_listened`). False, and nothing changes, when an
+/// eventfd is attached already.
+#[pyfunction]
+pub fn attach_listen_signal(fd: c_int) -> bool {
+    let mut pending = pending();
+    if pending.fd >= 0 {
+        return false;
+    }
+    pending.fd = fd;
+    pending.signalled = false;
+    true
+}
+
+/// No eventfd is written any more; it may be closed after this.
+#[pyfunction]
+pub fn detach_listen_signal() {
+    let mut pending = pending();
+    pending.fd = -1;
+    pending.signalled = false;
 }
 
 /// The address of the message listener to give pulsar_consumer_configuration_set_message_listener.
@@ -147,10 +188,7 @@ pub fn listener_address() -> usize {
 /// Wake a reader waiting in `next_batches` (it returns what is there, maybe nothing).
 #[pyfunction]
 pub fn wake_reader() {
-    let mut pending = match PENDING.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    };
+    let mut pending = pending();
     pending.woken = true;
     ARRIVED.notify_all();
 }
@@ -183,11 +221,8 @@ fn wait_for<'a>(
 /// second every message ended a gather that found nothing: a return to Python and the
 /// GIL taken for an empty list, per message).
 fn take_pending(timeout_ms: u64, gather_us: u64, most: usize) -> Vec<(u64, usize)> {
-    let pending = match PENDING.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    let mut pending = if gather_us > 0 {
+    let pending = pending();
+    let pending = if gather_us > 0 {
         let gathered = wait_for(pending, most.max(1), Duration::from_micros(gather_us));
         if gathered.messages.is_empty() && !gathered.woken {
             wait_for(gathered, 1, Duration::from_millis(timeout_ms))
@@ -197,7 +232,12 @@ fn take_pending(timeout_ms: u64, gather_us: u64, most: usize) -> Vec<(u64, usize
     } else {
         wait_for(pending, 1, Duration::from_millis(timeout_ms))
     };
+    take_all(pending)
+}
+
+fn take_all(mut pending: std::sync::MutexGuard<'_, Pending>) -> Vec<(u64, usize)> {
     pending.woken = false;
+    pending.signalled = false;
     // The next take is likely as large: one allocation now spares the listener's pushes
     // growing the vector again from nothing, under the lock.
     let room = pending.messages.len().min(MOST_KEPT_ROOM);
@@ -417,6 +457,30 @@ pub fn next_batches<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let api = api()?;
     let taken = py.allow_threads(|| take_pending(timeout_ms, gather_us, most));
+    batches_of(py, api, handles, taken)
+}
+
+/// `next_batches` without waiting, and without letting go of the GIL (the listener thread
+/// holds the queue's lock only to push): what is there now, maybe nothing. For the trio
+/// task that waits on the eventfd (read it first: a message that comes after this call
+/// writes it again).
+#[pyfunction]
+pub fn take_listened<'py>(
+    py: Python<'py>,
+    handles: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyList>> {
+    let api = api()?;
+    let taken = take_all(pending());
+    batches_of(py, api, handles, taken)
+}
+
+/// The taken messages as ListenedMessages, grouped by consumer (`next_batches` says how).
+fn batches_of<'py>(
+    py: Python<'py>,
+    api: &Api,
+    handles: &Bound<'py, PyDict>,
+    taken: Vec<(u64, usize)>,
+) -> PyResult<Bound<'py, PyList>> {
     let result = PyList::empty(py);
     // (key, index in `result`), for the few consumers of one take.
     let mut seen: Vec<(u64, usize)> = Vec::new();

@@ -66,6 +66,34 @@ acknowledge_listened: Callable[[int, list[Any]], int] | None = (
 negative_acknowledge_listened: Callable[[int, Any], None] | None = (
     _native.negative_acknowledge_listened if _native is not None else None
 )
+# `_native.attach_listen_signal`, `_native.take_listened` and `_native.detach_listen_signal`
+# (a trio task takes those messages: gateway/pulsar_handover.py), or None.
+attach_listen_signal: Callable[[int], bool] | None = (
+    _native.attach_listen_signal if _native is not None else None
+)
+take_listened: Callable[[dict[int, Any]], list[tuple[Any, list[Any]]]] | None = (
+    _native.take_listened if _native is not None else None
+)
+detach_listen_signal: Callable[[], None] | None = (
+    _native.detach_listen_signal if _native is not None else None
+)
+
+# `_native.bind_flush`, `_native.flush`, `_native.attach_flush_signal`,
+# `_native.take_flushed` and `_native.detach_flush_signal` (flushes whose outcomes reach
+# trio without the GIL: backend/producer_flush.py), or None.
+bind_flush: Callable[[int, Callable[[int, int], None]], None] | None = (
+    _native.bind_flush if _native is not None else None
+)
+flush_producer: Callable[[int, int], None] | None = _native.flush if _native is not None else None
+attach_flush_signal: Callable[[int], bool] | None = (
+    _native.attach_flush_signal if _native is not None else None
+)
+take_flushed: Callable[[], list[tuple[int, int]]] | None = (
+    _native.take_flushed if _native is not None else None
+)
+detach_flush_signal: Callable[[], list[tuple[int, int]]] | None = (
+    _native.detach_flush_signal if _native is not None else None
+)
 
 
 def loaded() -> bool:

@@ -26,8 +26,8 @@ from starlight_py.backend.producer_flush import (
     c_library,
     conduit_address,
     conduit_arguments,
+    turned_off,
 )
-from starlight_py.backend.producer_send import turned_off
 
 log = logging.getLogger("starlight.pulsar")
 

@@ -34,8 +34,8 @@ from starlight_py.backend.producer_flush import (
     NativeFlushUnavailable,
     c_library,
     conduit_address,
+    turned_off,
 )
-from starlight_py.backend.producer_send import turned_off
 from starlight_py.backend.thread_names import name_native_thread
 from starlight_py.model.positions import MessageIdRecord
 
@@ -152,8 +152,10 @@ Deliver = Callable[[Any, list[Any]], None]
 
 
 class ListenedReader:
-    """The process's one reader of listened consumers: a thread that takes what pulsar-client
-    handed over and gives each consumer its batch (`deliver(handle, batch)`)."""
+    """The process's one reader of listened consumers: it takes what pulsar-client handed
+    over and gives each consumer its batch (`deliver(handle, batch)`). A trio task does it
+    when one is attached (`attach`: gateway/pulsar_handover.py), on the trio thread;
+    otherwise a thread of its own."""
 
     def __init__(self) -> None:
         self._keys = itertools.count(1)
@@ -163,27 +165,33 @@ class ListenedReader:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._stopping = False
+        self._by_task = False  # a trio task takes the messages: no thread
 
     def register(self, handle: Any, deliver: Deliver) -> int:
-        """A key for `handle`'s messages (give it to `listen`); starts the thread."""
+        """A key for `handle`'s messages (give it to `listen`); starts the thread unless a
+        trio task takes the messages."""
         with self._lock:
             key = next(self._keys)
             self._handles[key] = handle
             self._deliveries[id(handle)] = deliver
-            if self._thread is None or self._pid != os.getpid():
-                # Not yet in this process (a worker forked after its parent started one).
-                self._pid = os.getpid()
-                self._thread = threading.Thread(
-                    target=self._run, name="starlight-read", daemon=True
-                )
-                self._thread.start()
-                atexit.register(self.stop)
+            if not self._by_task:
+                self._start_thread()
         return key
 
+    def _start_thread(self) -> None:
+        """With the lock held."""
+        if self._thread is None or self._pid != os.getpid():
+            # Not yet in this process (a worker forked after its parent started one).
+            self._pid = os.getpid()
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="starlight-read", daemon=True)
+            self._thread.start()
+            atexit.register(self.stop)
+
     def stop(self) -> None:
-        """Stop the thread (at exit): a daemon thread that woke up while the interpreter
-        finalizes would be ended by an exception thrown through the compiled frames it
-        is in, which aborts the process."""
+        """Stop the thread (at exit, or when a trio task takes over): a daemon thread that
+        woke up while the interpreter finalizes would be ended by an exception thrown
+        through the compiled frames it is in, which aborts the process."""
         thread = self._thread
         if thread is None or self._pid != os.getpid():
             return
@@ -191,6 +199,38 @@ class ListenedReader:
         assert compiled.wake_reader is not None
         compiled.wake_reader()
         thread.join(timeout=5)
+        with self._lock:
+            if self._thread is thread and not thread.is_alive():
+                self._thread = None
+
+    def attach(self, fd: int) -> bool:
+        """From now on the messages are taken by a trio task with `take`, when the eventfd
+        `fd` is readable; the thread stops. False, and nothing changes: listening is not
+        available, or another eventfd is attached."""
+        attach = compiled.attach_listen_signal
+        if available() is not None or attach is None or not attach(fd):
+            return False
+        with self._lock:
+            self._by_task = True
+        self.stop()
+        return True
+
+    def take(self) -> None:
+        """On the trio thread of the attached task, once it read the eventfd: hand each
+        consumer what is there for it."""
+        assert compiled.take_listened is not None
+        self._deliver(compiled.take_listened(self._handles))
+
+    def detach(self) -> None:
+        """The task ends: a thread takes the messages again (started now if consumers are
+        registered). Hands over what is there first."""
+        assert compiled.detach_listen_signal is not None
+        compiled.detach_listen_signal()
+        self.take()
+        with self._lock:
+            self._by_task = False
+            if self._handles:
+                self._start_thread()
 
     def unregister(self, key: int) -> None:
         """No more batches for this key: what pulsar-client hands over for it from now on
@@ -216,13 +256,16 @@ class ListenedReader:
                 log.exception("taking received messages")
                 batches = []
                 continue
-            for handle, batch in batches:
-                deliver = self._deliveries.get(id(handle))
-                if deliver is not None:
-                    try:
-                        deliver(handle, batch)
-                    except Exception:
-                        log.exception("handing over messages of %s", handle)
+            self._deliver(batches)
+
+    def _deliver(self, batches: list[tuple[Any, list[Any]]]) -> None:
+        for handle, batch in batches:
+            deliver = self._deliveries.get(id(handle))
+            if deliver is not None:
+                try:
+                    deliver(handle, batch)
+                except Exception:
+                    log.exception("handing over messages of %s", handle)
 
 
 READER = ListenedReader()

@@ -7,10 +7,17 @@ is a Python function needs the GIL to be destroyed. The two threads then wait fo
 other for ever, and the whole proxy stops (docs/performance.md, "The hang"). Its other
 producer calls used here (`send_async`, `flush`, `close`) let go of the GIL first.
 
-So flushes go through pulsar-client's C API, which the same library exports, called with
-ctypes (which lets go of the GIL for the call). The C API takes the C++ producer the Python
-object wraps; pybind11's cross-module conduit hands out its address, and `check` compares
-the topic the C API reads from it with the one Python reads before it is used.
+So flushes go through pulsar-client's C API, which the same library exports. The C API
+takes the C++ producer the Python object wraps; pybind11's cross-module conduit hands out
+its address, and `check` compares the topic the C API reads from it with the one Python
+reads before it is used.
+
+The call lets go of the GIL. It is made from the compiled module when it is there
+(native/src/pulsar_flush.rs): the flush's outcome is then queued without the GIL, on
+pulsar-client's thread, and a trio task takes the queue (gateway/pulsar_handover.py, which
+calls `attach_outcomes` and `take_outcomes`). Without the compiled module, or while no task
+takes the queue, the outcome comes through a callback with the GIL (ctypes' here, or the
+compiled one's fallback), on pulsar-client's thread.
 """
 
 from __future__ import annotations
@@ -18,10 +25,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import _pulsar
+
+from starlight_py.amqp import compiled
 
 # (result, ctx): pulsar_result_callback in pulsar/c/result.h.
 _RESULT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p)
@@ -45,11 +55,69 @@ class NativeFlushUnavailable(Exception):
     """This pulsar-client does not let its producers be flushed without the GIL."""
 
 
-@_RESULT_CALLBACK  # type: ignore[untyped-decorator]
-def _on_flushed(result: int, ctx: int | None) -> None:
-    callback = _waiting.pop(ctx or 0, None)
+def turned_off(*functions: object) -> str | None:
+    """Why pulsar-client's calls cannot go through the compiled module (`functions` are
+    the compiled ones a path needs), or None."""
+    if any(function is None for function in functions):
+        return "the compiled module is not in use"
+    if os.environ.get("STARLIGHT_NATIVE_PULSAR", "1") == "0":
+        return "STARLIGHT_NATIVE_PULSAR=0"
+    return None
+
+
+def _finished(key: int, result: int) -> None:
+    callback = _waiting.pop(key, None)
     if callback is not None:
         callback(result)
+
+
+def dispatch(outcomes: Iterable[tuple[int, int]]) -> None:
+    """Run the callbacks of these flushes ((key, result) each), on this thread."""
+    for key, result in outcomes:
+        _finished(key, result)
+
+
+@_RESULT_CALLBACK  # type: ignore[untyped-decorator]
+def _on_flushed(result: int, ctx: int | None) -> None:
+    _finished(ctx or 0, result)
+
+
+@functools.cache
+def compiled_flush() -> Callable[[int, int], None] | None:
+    """`_native.flush(producer, key)` when flushes go through the compiled module, else
+    None (they go through ctypes)."""
+    if turned_off(compiled.flush_producer, compiled.bind_flush) is not None:
+        return None
+    assert compiled.bind_flush is not None and compiled.flush_producer is not None
+    try:
+        address = ctypes.cast(c_library().pulsar_producer_flush_async, ctypes.c_void_p).value
+    except NativeFlushUnavailable:
+        return None
+    compiled.bind_flush(address or 0, _finished)
+    return compiled.flush_producer
+
+
+def attach_outcomes(fd: int) -> bool:
+    """From now on, outcomes of compiled flushes are queued for `take_outcomes`, and the
+    eventfd `fd` is written when the queue gets its first one. False, and nothing changes:
+    flushes do not go through the compiled module here (their callbacks run on
+    pulsar-client's thread), or another eventfd is attached."""
+    if compiled_flush() is None or compiled.attach_flush_signal is None:
+        return False
+    return compiled.attach_flush_signal(fd)
+
+
+def take_outcomes() -> list[tuple[int, int]]:
+    """The queued outcomes, (key, result) each, for `dispatch`. Read the eventfd first."""
+    assert compiled.take_flushed is not None
+    return compiled.take_flushed()
+
+
+def detach_outcomes() -> list[tuple[int, int]]:
+    """Outcomes go to callbacks on pulsar-client's thread again; returns those still
+    queued, for `dispatch`. The eventfd may be closed after this."""
+    assert compiled.detach_flush_signal is not None
+    return compiled.detach_flush_signal()
 
 
 @functools.cache
@@ -141,13 +209,14 @@ class ProducerFlusher:
     """Flushes one `_pulsar.Producer` (kept alive by its owner) through the C API. The
     producer must be one pulsar-client created: the C API does not check what it is given."""
 
-    __slots__ = ("_address", "_flush")
+    __slots__ = ("_address", "_compiled", "_flush")
 
     def __init__(self, raw: Any) -> None:
         """Raises NativeFlushUnavailable: this pulsar-client cannot do it (the message says
         why); the C API reads another topic from the address than Python does."""
         self._address = checked_producer_address(raw)
         self._flush = c_library().pulsar_producer_flush_async
+        self._compiled = compiled_flush()
 
     @property
     def address(self) -> int:
@@ -155,13 +224,17 @@ class ProducerFlusher:
         return self._address
 
     def flush(self, callback: ResultCallback | None) -> None:
-        """Ask pulsar-client to send what it batched; `callback(result)` runs on a pulsar
-        thread (or at once) when everything sent before is stored, or failed."""
+        """Ask pulsar-client to send what it batched; `callback(result)` runs when
+        everything sent before is stored, or failed: on the trio thread when a task takes
+        the outcomes (`attach_outcomes`), else on a pulsar thread (or at once)."""
         key = 0
         if callback is not None:
             key = next(_keys)
             _waiting[key] = callback
-        self._flush(self._address, _on_flushed, key)
+        if self._compiled is not None:
+            self._compiled(self._address, key)
+        else:
+            self._flush(self._address, _on_flushed, key)
 
 
 def result_text(result: int) -> str:

@@ -19,11 +19,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.metadata
-import os
 from typing import Any, Protocol
 
 from starlight_py.amqp import compiled
-from starlight_py.backend.producer_flush import NativeFlushUnavailable, c_library
+from starlight_py.backend.producer_flush import NativeFlushUnavailable, c_library, turned_off
 
 # pulsar-client versions (major.minor) whose pulsar_producer_send_async was checked: the
 # callback is called on every outcome, with a message id it must free on success.
@@ -57,16 +56,6 @@ def _version() -> str:
 
 def _address(function: Any) -> int:
     return ctypes.cast(function, ctypes.c_void_p).value or 0
-
-
-def turned_off(*functions: object) -> str | None:
-    """Why pulsar-client's calls cannot go through the compiled module (`functions` are
-    the compiled ones a path needs), or None."""
-    if any(function is None for function in functions):
-        return "the compiled module is not in use"
-    if os.environ.get("STARLIGHT_NATIVE_PULSAR", "1") == "0":
-        return "STARLIGHT_NATIVE_PULSAR=0"
-    return None
 
 
 @functools.cache

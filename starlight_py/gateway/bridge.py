@@ -3,6 +3,10 @@
 A `Batcher` collects items put from any thread and hands them to a function on the trio
 thread in batches: one wake-up (`TrioToken.run_sync_soon`) for however many items arrived
 meanwhile, never one trio task per message.
+
+Items put on the trio thread itself, by a task that runs callbacks in a batch of its own
+(`handled_here`: gateway/pulsar_handover.py), skip the wake-up: each Batcher they reach is
+handed its items once, when that batch ends.
 """
 
 from __future__ import annotations
@@ -10,12 +14,35 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 import trio
 
 T = TypeVar("T")
+
+
+class _Here(threading.local):
+    # (the trio run's token, the Batchers to hand their items to) while `handled_here`
+    # runs on this thread.
+    batch: tuple[trio.lowlevel.TrioToken, list[Batcher[Any]]] | None = None
+
+
+_here = _Here()
+
+
+@contextlib.contextmanager
+def handled_here(token: trio.lowlevel.TrioToken) -> Iterator[None]:
+    """On the trio thread of `token`: what the block puts into this run's Batchers is
+    handed to them when the block ends, without a wake-up of trio."""
+    batchers: list[Batcher[Any]] = []
+    _here.batch = (token, batchers)
+    try:
+        yield
+    finally:
+        _here.batch = None
+        for batcher in batchers:
+            batcher._flush()
 
 
 class Batcher(Generic[T]):
@@ -36,6 +63,10 @@ class Batcher(Generic[T]):
             if self._scheduled:
                 return
             self._scheduled = True
+        batch = _here.batch
+        if batch is not None and batch[0] is self._token:
+            batch[1].append(self)  # handed over when handled_here's block ends
+            return
         # RunFinishedError: the proxy is shutting down; nothing will read these items.
         with contextlib.suppress(trio.RunFinishedError):
             self._token.run_sync_soon(self._flush)

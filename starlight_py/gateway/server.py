@@ -21,7 +21,7 @@ from starlight_py.amqp import compiled
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import ConnectionForced, InternalError
 from starlight_py.auth.authenticator import Authenticator, build_authenticator
-from starlight_py.backend import consumer_ack, listened, producer_send
+from starlight_py.backend import consumer_ack, listened, producer_flush, producer_send
 from starlight_py.backend.batching_support import batching_caveat, batching_refusal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
@@ -43,6 +43,7 @@ from starlight_py.gateway.held_messages import HeldMessages
 from starlight_py.gateway.pre_acks import PreAcks
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.proxy_protocol import read_proxy_header
+from starlight_py.gateway.pulsar_handover import take_from_pulsar_threads
 from starlight_py.gateway.queue_lengths import QueueLengths
 from starlight_py.gateway.requeued import RequeuedPositions
 from starlight_py.gateway.shutdown import ShutdownRequest, shut_down_when_requested
@@ -613,7 +614,12 @@ async def _serve(
             "installed without Rust's cargo; docs/performance.md#the-hot-frames-in-rust)"
         )
     reasons = [x for x in (producer_send.available(), consumer_ack.available()) if x]
-    if not reasons:
+    if not reasons and producer_flush.compiled_flush() is not None:
+        log.info(
+            "pulsar-client calls: sends, flushes and acknowledgements through its C API, "
+            "flush outcomes taken by a trio task (native/)"
+        )
+    elif not reasons:
         log.info("pulsar-client calls: sends and acknowledgements through its C API (native/)")
     else:
         log.warning(
@@ -623,7 +629,7 @@ async def _serve(
         )
     listened_reason = listened.available()
     if listened_reason is None:
-        log.info("consumers: listened through the C API, one reader thread (native/)")
+        log.info("consumers: listened through the C API, taken by a trio task (native/)")
     else:
         log.warning(
             "consumers: a reader thread each, about 5 µs more CPU per message (%s; "
@@ -715,6 +721,7 @@ async def _serve(
             await _start_management(nursery, config, services, urls)
         task_status.started(urls)
         assert services.ephemerals is not None
+        nursery.start_soon(take_from_pulsar_threads)
         nursery.start_soon(services.producers.close_idle_forever)
         assert services.reaper is not None and services.held is not None
         assert services.pre_acks is not None
