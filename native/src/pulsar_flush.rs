@@ -5,7 +5,7 @@
 //! after): a few system calls and allocations per flush, and, while the GIL is busy, none
 //! of the client's I/O moves. Here the callback (`on_flushed`) only queues the outcome and,
 //! when the queue was empty, writes to an eventfd that a trio task waits on
-//! (gateway/pulsar_handover.py). That task takes the queue whole (`take_flushed`) and runs
+//! (gateway/bridge.py). That task takes the queue whole (`take_flushed`) and runs
 //! the flushes' Python callbacks on the trio thread.
 //!
 //! When no task waits (none attached its eventfd: tests of a producer alone, or after the

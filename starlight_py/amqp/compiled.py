@@ -67,7 +67,7 @@ negative_acknowledge_listened: Callable[[int, Any], None] | None = (
     _native.negative_acknowledge_listened if _native is not None else None
 )
 # `_native.attach_listen_signal`, `_native.take_listened` and `_native.detach_listen_signal`
-# (a trio task takes those messages: gateway/pulsar_handover.py), or None.
+# (a trio task takes those messages: gateway/bridge.py), or None.
 attach_listen_signal: Callable[[int], bool] | None = (
     _native.attach_listen_signal if _native is not None else None
 )

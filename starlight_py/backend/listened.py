@@ -154,7 +154,7 @@ Deliver = Callable[[Any, list[Any]], None]
 class ListenedReader:
     """The process's one reader of listened consumers: it takes what pulsar-client handed
     over and gives each consumer its batch (`deliver(handle, batch)`). A trio task does it
-    when one is attached (`attach`: gateway/pulsar_handover.py), on the trio thread;
+    when one is attached (`attach`: gateway/bridge.py), on the trio thread;
     otherwise a thread of its own."""
 
     def __init__(self) -> None:

@@ -14,7 +14,7 @@ reads before it is used.
 
 The call lets go of the GIL. It is made from the compiled module when it is there
 (native/src/pulsar_flush.rs): the flush's outcome is then queued without the GIL, on
-pulsar-client's thread, and a trio task takes the queue (gateway/pulsar_handover.py, which
+pulsar-client's thread, and a trio task takes the queue (gateway/bridge.py, which
 calls `attach_outcomes` and `take_outcomes`). Without the compiled module, or while no task
 takes the queue, the outcome comes through a callback with the GIL (ctypes' here, or the
 compiled one's fallback), on pulsar-client's thread.

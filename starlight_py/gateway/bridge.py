@@ -1,23 +1,39 @@
 """The one way pulsar-client and kazoo threads reach trio (DESIGN.md section 2).
 
-A `Batcher` collects items put from any thread and hands them to a function on the trio
-thread in batches: one wake-up (`TrioToken.run_sync_soon`) for however many items arrived
-meanwhile, never one trio task per message.
+Python callbacks on their threads put items into a `Batcher`, which hands them to a
+function on the trio thread in batches: one wake-up (`TrioToken.run_sync_soon`) for
+however many items arrived meanwhile, never one trio task per message.
 
-Items put on the trio thread itself, by a task that runs callbacks in a batch of its own
-(`handled_here`: gateway/pulsar_handover.py), skip the wake-up: each Batcher they reach is
-handed its items once, when that batch ends.
+The per-message hand-overs of pulsar-client's threads, flush outcomes
+(native/src/pulsar_flush.rs) and messages of listened consumers
+(native/src/pulsar_listen.rs, backend/listened.py), are queued by compiled code without
+the GIL, which writes one eventfd when a queue gets a first entry. `take_from_pulsar_threads`,
+a trio task, waits for that eventfd, takes both queues whole and runs their callbacks on
+the trio thread: no Python thread state made on pulsar-client's thread, no GIL taken
+there, no reader thread in between, and, while trio is busy, no wake-up at all (trio's
+next poll finds the eventfd readable). What those callbacks put into Batchers is handed
+over when the round ends (`handled_here`), without a wake-up either. Why, measured:
+docs/architecture.md, "The bridge".
+
+One such task per process: a second server in the same process leaves the queues to the
+first one's task. Where none runs (a producer or consumer used outside the proxy, or after
+it stopped), flush outcomes come through a callback with the GIL, into Batchers, and a
+reader thread takes the messages.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import trio
+
+from starlight_py.backend import producer_flush
+from starlight_py.backend.listened import READER
 
 T = TypeVar("T")
 
@@ -86,3 +102,35 @@ class Batcher(Generic[T]):
             items = list(self._items)
             self._items.clear()
         return items
+
+
+async def take_from_pulsar_threads() -> None:
+    """Run until cancelled; returns at once when neither queue is compiled here, or
+    another task of this process takes them already."""
+    fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    flushes = messages = False
+    try:
+        flushes = producer_flush.attach_outcomes(fd)
+        messages = READER.attach(fd)
+        if not (flushes or messages):
+            return
+        token = trio.lowlevel.current_trio_token()
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(fd)
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(fd)
+                with handled_here(token):
+                    if flushes:
+                        producer_flush.dispatch(producer_flush.take_outcomes())
+                    if messages:
+                        READER.take()
+        finally:
+            with handled_here(token):
+                if flushes:
+                    producer_flush.dispatch(producer_flush.detach_outcomes())
+                if messages:
+                    READER.detach()
+    finally:
+        trio.lowlevel.notify_closing(fd)
+        os.close(fd)

@@ -34,6 +34,7 @@ from starlight_py.config import (
     Listener,
     StarlightConfig,
 )
+from starlight_py.gateway.bridge import take_from_pulsar_threads
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
@@ -43,7 +44,6 @@ from starlight_py.gateway.held_messages import HeldMessages
 from starlight_py.gateway.pre_acks import PreAcks
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.proxy_protocol import read_proxy_header
-from starlight_py.gateway.pulsar_handover import take_from_pulsar_threads
 from starlight_py.gateway.queue_lengths import QueueLengths
 from starlight_py.gateway.requeued import RequeuedPositions
 from starlight_py.gateway.shutdown import ShutdownRequest, shut_down_when_requested

@@ -1,4 +1,4 @@
-"""pulsar-client's threads hand over to trio without the GIL (gateway/pulsar_handover.py,
+"""pulsar-client's threads hand over to trio without the GIL (gateway/bridge.py,
 native/src/pulsar_flush.rs, native/src/pulsar_listen.rs): while the task runs, a flush's
 callback and a listened consumer's batches come on the trio thread, each flush once and
 each message once, in order; once the task ended, they come on other threads again (flush
@@ -17,7 +17,7 @@ import trio
 from starlight_py.backend import listened, producer_flush
 from starlight_py.backend.producer_flush import ProducerFlusher
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend
-from starlight_py.gateway.pulsar_handover import take_from_pulsar_threads
+from starlight_py.gateway.bridge import take_from_pulsar_threads
 from starlight_py.local import ServiceEndpoints
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import TopicName
