@@ -219,7 +219,12 @@ class ListenedReader:
         """On the trio thread of the attached task, once it read the eventfd: hand each
         consumer what is there for it."""
         assert compiled.take_listened is not None
-        self._deliver(compiled.take_listened(self._handles))
+        try:
+            batches = compiled.take_listened(self._handles)
+        except Exception:  # as the thread: a failed take freed its messages
+            log.exception("taking received messages")
+            return
+        self._deliver(batches)
 
     def detach(self) -> None:
         """The task ends: a thread takes the messages again (started now if consumers are

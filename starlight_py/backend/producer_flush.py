@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -32,6 +33,8 @@ from typing import Any, Protocol
 import _pulsar
 
 from starlight_py.amqp import compiled
+
+log = logging.getLogger("starlight.pulsar")
 
 # (result, ctx): pulsar_result_callback in pulsar/c/result.h.
 _RESULT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p)
@@ -72,9 +75,13 @@ def _finished(key: int, result: int) -> None:
 
 
 def dispatch(outcomes: Iterable[tuple[int, int]]) -> None:
-    """Run the callbacks of these flushes ((key, result) each), on this thread."""
+    """Run the callbacks of these flushes ((key, result) each), on this thread. A callback
+    that fails is logged; the others still run."""
     for key, result in outcomes:
-        _finished(key, result)
+        try:
+            _finished(key, result)
+        except Exception:
+            log.exception("a flush's callback failed")
 
 
 @_RESULT_CALLBACK  # type: ignore[untyped-decorator]

@@ -24,6 +24,7 @@ reader thread takes the messages.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections import deque
@@ -36,6 +37,8 @@ from starlight_py.backend import producer_flush
 from starlight_py.backend.listened import READER
 
 T = TypeVar("T")
+
+log = logging.getLogger("starlight.gateway")
 
 
 class _Here(threading.local):
@@ -50,7 +53,8 @@ _here = _Here()
 @contextlib.contextmanager
 def handled_here(token: trio.lowlevel.TrioToken) -> Iterator[None]:
     """On the trio thread of `token`: what the block puts into this run's Batchers is
-    handed to them when the block ends, without a wake-up of trio."""
+    handed to them when the block ends, without a wake-up of trio. A handler that fails
+    is logged; the others still get their items."""
     batchers: list[Batcher[Any]] = []
     _here.batch = (token, batchers)
     try:
@@ -58,7 +62,10 @@ def handled_here(token: trio.lowlevel.TrioToken) -> Iterator[None]:
     finally:
         _here.batch = None
         for batcher in batchers:
-            batcher._flush()
+            try:
+                batcher._flush()
+            except Exception:
+                log.exception("handling items handed over from pulsar-client's threads")
 
 
 class Batcher(Generic[T]):

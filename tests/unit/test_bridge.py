@@ -4,10 +4,12 @@ a closed batcher hands back what it still held; items put on the trio thread ins
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import trio
 
 from starlight_py.gateway import bridge
@@ -123,3 +125,30 @@ def test_a_batcher_of_another_trio_run_is_woken_as_usual_inside_handled_here() -
     worker.join(10)
     assert other_done.is_set()
     assert seen == [(worker.ident, 7)]
+
+
+def test_a_failing_handler_in_handled_here_is_logged_and_the_others_still_get_theirs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[int] = []
+
+    def fails(items: list[int]) -> None:
+        raise RuntimeError("boom")
+
+    async def scenario() -> None:
+        token = trio.lowlevel.current_trio_token()
+        failing = bridge.Batcher[int](token, fails)
+        fine = bridge.Batcher[int](token, seen.extend)
+        with bridge.handled_here(token):
+            failing.put(1)
+            fine.put(2)
+        assert seen == [2]
+        # Neither is left waiting for a hand-over that never comes.
+        with bridge.handled_here(token):
+            failing.put(3)
+            fine.put(4)
+        assert seen == [2, 4]
+
+    with caplog.at_level(logging.ERROR, logger="starlight.gateway"):
+        trio.run(scenario)
+    assert len([r for r in caplog.records if r.exc_info]) == 2
