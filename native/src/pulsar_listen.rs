@@ -2,10 +2,12 @@
 //!
 //! A consumer subscribed with `on_message` as its C API message listener (and a key of its
 //! own as the listener's context) has each message put, on pulsar-client's listener thread,
-//! into one queue shared by every such consumer; nothing there touches Python. One reader
-//! thread waits for that queue (`next_batches`, GIL let go), takes everything in it at once,
-//! and turns it into `ListenedMessage`s, grouped by consumer: one wake-up and one GIL
-//! hand-over for whatever arrived meanwhile, on every consumer of the process.
+//! into one queue shared by every such consumer; nothing there touches Python. In the proxy,
+//! the listener also writes an eventfd when the queue gets a first message, and a trio task
+//! takes everything there at once (`take_listened`, gateway/bridge.py). Elsewhere, one
+//! reader thread waits for the queue (`next_batches`, GIL let go). Either turns what it
+//! takes into `ListenedMessage`s, grouped by consumer: one hand-over for whatever arrived
+//! meanwhile, on every consumer of the process.
 //!
 //! A `ListenedMessage` owns the C API's message (freed with it) and is acknowledged with it
 //! (`acknowledge_listened`, one GIL release per batch). The addresses of the C API's

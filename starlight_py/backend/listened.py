@@ -4,9 +4,11 @@
 A reader thread per consumer, blocked in `batch_receive`, costs a wake-up, a timer and a
 hand-over of the GIL for each few messages of each consumer (docs/performance.md). Here
 each consumer is subscribed with a compiled C API message listener instead: pulsar-client's
-listener thread puts each message into one queue, without the GIL, and one reader thread
-per process (`ListenedReader`) takes everything there at once and hands each consumer its
-batch. A message taken this way is a `ListenedMessage`: it owns the C API's message, and
+listener thread puts each message into one queue, without the GIL, and `ListenedReader`
+takes everything there at once and hands each consumer its batch: in the proxy, on the trio
+thread, when the bridge's eventfd says the queue got messages (gateway/bridge.py); elsewhere
+(a consumer used outside the proxy, or after it stopped), on one reader thread per process.
+A message taken this way is a `ListenedMessage`: it owns the C API's message, and
 its consumer acknowledges it through the C API.
 
 Used when the compiled module is there (and STARLIGHT_NATIVE_PULSAR is not 0), once the C
