@@ -21,6 +21,7 @@
 //! channel in between, a body in several frames, a name that is not UTF-8, a size over the
 //! limit) leaves its frames as they came, for the Python checks to judge.
 
+mod handover_signal;
 mod pulsar_ack;
 mod pulsar_flush;
 mod pulsar_listen;

@@ -11,6 +11,7 @@
 //! When no task waits (none attached its eventfd: tests of a producer alone, or after the
 //! proxy stopped), the callback calls Python's fallback with the GIL, as ctypes did.
 
+use crate::handover_signal::Signal;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::ffi::{c_int, c_void};
@@ -19,23 +20,15 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 type ResultCallback = extern "C" fn(c_int, *mut c_void);
 type FlushAsync = unsafe extern "C" fn(*mut c_void, ResultCallback, *mut c_void);
 
-extern "C" {
-    fn write(fd: c_int, buf: *const c_void, count: usize) -> isize;
-}
-
 struct Outcomes {
-    /// The eventfd the trio task waits on, or -1: none attached.
-    fd: c_int,
     /// (key, pulsar result) of each flush done since the last take.
     queue: Vec<(u64, c_int)>,
-    /// The eventfd was written since the last take.
-    signalled: bool,
+    signal: Signal,
 }
 
 static OUTCOMES: Mutex<Outcomes> = Mutex::new(Outcomes {
-    fd: -1,
     queue: Vec::new(),
-    signalled: false,
+    signal: Signal::new(),
 });
 
 /// pulsar_producer_flush_async.
@@ -57,15 +50,9 @@ extern "C" fn on_flushed(result: c_int, ctx: *mut c_void) {
     }
     {
         let mut outcomes = outcomes();
-        if outcomes.fd >= 0 {
+        if outcomes.signal.attached() {
             outcomes.queue.push((key, result));
-            if !outcomes.signalled {
-                outcomes.signalled = true;
-                let one: u64 = 1;
-                // SAFETY: a valid eventfd (attached, not closed before it is detached) and
-                // 8 bytes from a u64. It cannot fail short of 2^64 - 1 unread writes.
-                unsafe { write(outcomes.fd, (&one as *const u64).cast(), 8) };
-            }
+            outcomes.signal.notify();
             return;
         }
     }
@@ -123,13 +110,7 @@ pub fn flush(py: Python<'_>, producer: usize, key: u64) -> PyResult<()> {
 /// its first one. False, and nothing changes, when an eventfd is attached already.
 #[pyfunction]
 pub fn attach_flush_signal(fd: c_int) -> bool {
-    let mut outcomes = outcomes();
-    if outcomes.fd >= 0 {
-        return false;
-    }
-    outcomes.fd = fd;
-    outcomes.signalled = false;
-    true
+    outcomes().signal.attach(fd)
 }
 
 /// Outcomes go to Python's fallback again; returns those still queued. After this the
@@ -137,8 +118,7 @@ pub fn attach_flush_signal(fd: c_int) -> bool {
 #[pyfunction]
 pub fn detach_flush_signal() -> Vec<(u64, c_int)> {
     let mut outcomes = outcomes();
-    outcomes.fd = -1;
-    outcomes.signalled = false;
+    outcomes.signal.detach();
     std::mem::take(&mut outcomes.queue)
 }
 
@@ -147,6 +127,6 @@ pub fn detach_flush_signal() -> Vec<(u64, c_int)> {
 #[pyfunction]
 pub fn take_flushed() -> Vec<(u64, c_int)> {
     let mut outcomes = outcomes();
-    outcomes.signalled = false;
+    outcomes.signal.taken();
     std::mem::take(&mut outcomes.queue)
 }

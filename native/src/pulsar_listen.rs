@@ -14,6 +14,7 @@
 //! functions come from Python (`bind_listening`), which finds them with ctypes in the
 //! library pulsar-client loads (backend/listened.py).
 
+use crate::handover_signal::Signal;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
@@ -117,23 +118,16 @@ struct Pending {
     wanted: usize,
     /// Set by `wake_reader`: the waiting reader returns empty-handed.
     woken: bool,
-    /// The eventfd a trio task waits on (`attach_listen_signal`), or -1: none.
-    fd: c_int,
-    /// The eventfd was written since the last take.
-    signalled: bool,
+    /// Tells the bridge's trio task (`attach_listen_signal`) that messages came.
+    signal: Signal,
 }
 
 static PENDING: Mutex<Pending> = Mutex::new(Pending {
     messages: Vec::new(),
     wanted: 0,
     woken: false,
-    fd: -1,
-    signalled: false,
+    signal: Signal::new(),
 });
-
-extern "C" {
-    fn write(fd: c_int, buf: *const c_void, count: usize) -> isize;
-}
 
 fn pending() -> std::sync::MutexGuard<'static, Pending> {
     // Nothing panics while holding it; a poisoned lock still holds a valid queue.
@@ -146,13 +140,7 @@ static ARRIVED: Condvar = Condvar::new();
 extern "C" fn on_message(_consumer: *mut c_void, message: *mut c_void, ctx: *mut c_void) {
     let mut pending = pending();
     pending.messages.push((ctx as u64, message as usize));
-    if pending.fd >= 0 && !pending.signalled {
-        pending.signalled = true;
-        let one: u64 = 1;
-        // SAFETY: a valid eventfd (attached, not closed before it is detached) and 8 bytes
-        // from a u64.
-        unsafe { write(pending.fd, (&one as *const u64).cast(), 8) };
-    }
+    pending.signal.notify();
     if pending.wanted != 0 && pending.messages.len() >= pending.wanted {
         pending.wanted = 0;
         ARRIVED.notify_one();
@@ -164,21 +152,13 @@ extern "C" fn on_message(_consumer: *mut c_void, message: *mut c_void, ctx: *mut
 /// eventfd is attached already.
 #[pyfunction]
 pub fn attach_listen_signal(fd: c_int) -> bool {
-    let mut pending = pending();
-    if pending.fd >= 0 {
-        return false;
-    }
-    pending.fd = fd;
-    pending.signalled = false;
-    true
+    pending().signal.attach(fd)
 }
 
 /// No eventfd is written any more; it may be closed after this.
 #[pyfunction]
 pub fn detach_listen_signal() {
-    let mut pending = pending();
-    pending.fd = -1;
-    pending.signalled = false;
+    pending().signal.detach();
 }
 
 /// The address of the message listener to give pulsar_consumer_configuration_set_message_listener.
@@ -239,7 +219,7 @@ fn take_pending(timeout_ms: u64, gather_us: u64, most: usize) -> Vec<(u64, usize
 
 fn take_all(mut pending: std::sync::MutexGuard<'_, Pending>) -> Vec<(u64, usize)> {
     pending.woken = false;
-    pending.signalled = false;
+    pending.signal.taken();
     // The next take is likely as large: one allocation now spares the listener's pushes
     // growing the vector again from nothing, under the lock.
     let room = pending.messages.len().min(MOST_KEPT_ROOM);
