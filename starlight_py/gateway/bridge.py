@@ -115,29 +115,28 @@ async def take_from_pulsar_threads() -> None:
     """Run until cancelled; returns at once when neither queue is compiled here, or
     another task of this process takes them already."""
     fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    token = trio.lowlevel.current_trio_token()
     flushes = messages = False
     try:
         flushes = producer_flush.attach_outcomes(fd)
         messages = READER.attach(fd)
         if not (flushes or messages):
             return
-        token = trio.lowlevel.current_trio_token()
-        try:
-            while True:
-                await trio.lowlevel.wait_readable(fd)
-                with contextlib.suppress(BlockingIOError):
-                    os.eventfd_read(fd)
-                with handled_here(token):
-                    if flushes:
-                        producer_flush.dispatch(producer_flush.take_outcomes())
-                    if messages:
-                        READER.take()
-        finally:
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            with contextlib.suppress(BlockingIOError):
+                os.eventfd_read(fd)
             with handled_here(token):
                 if flushes:
-                    producer_flush.dispatch(producer_flush.detach_outcomes())
+                    producer_flush.dispatch(producer_flush.take_outcomes())
                 if messages:
-                    READER.detach()
+                    READER.take()
     finally:
+        # Whatever was attached lets go of the eventfd before it is closed.
+        with handled_here(token):
+            if flushes:
+                producer_flush.dispatch(producer_flush.detach_outcomes())
+            if messages:
+                READER.detach()
         trio.lowlevel.notify_closing(fd)
         os.close(fd)
