@@ -46,8 +46,13 @@ def test_a_proxy_process_runs_on_jemalloc_and_loses_nothing(proxy_process: Proxy
     assert runs_on_jemalloc(proxy_process.pid)
     log = proxy_process.log_path.read_text()
     assert "memory allocator: jemalloc" in log
-    # and calls pulsar-client through its C API (backend/producer_send.py, consumer_ack.py)
-    assert "pulsar-client calls: sends and acknowledgements through its C API" in log
+    # and calls pulsar-client through its C API (backend/producer_send.py, consumer_ack.py,
+    # producer_flush.py), whose threads hand over to trio through the bridge's eventfd
+    assert (
+        "pulsar-client calls: sends, flushes and acknowledgements through its C API, "
+        "flush outcomes taken by a trio task" in log
+    )
+    assert "consumers: listened through the C API, taken by a trio task" in log
     assert "LD_PRELOAD" not in log and "cannot be preloaded" not in log
 
     # Fanouts with pre-acks and flushes, on each allocator: test_producer_flush.py.
