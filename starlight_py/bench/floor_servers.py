@@ -18,6 +18,8 @@ from pathlib import Path
 
 import trio
 
+# Not imported from starlight_py.local: that package pulls in pamqp, kazoo and the rest,
+# and the servers measured here should hold nothing but their loop.
 LOOPBACK = "127.0.0.1"
 RECEIVE_SIZE = 65536
 
