@@ -138,7 +138,7 @@ def list_queues(ctx: AdminContext, args: argparse.Namespace) -> Table:
         consumers: set[str] = set()
         stream = is_stream(queue.arguments)
         for binding_set, _ in ctx.topology.binding_sets(args.vhost, queue.name):
-            topic = naming.TopicName(record.namespace, binding_set.topic)
+            topic = naming.TopicName(record.namespace, binding_set.subscription_topic)
             stats = ctx.admin.subscription_stats(topic, with_bytes=stream).get(
                 binding_set.subscription
             )

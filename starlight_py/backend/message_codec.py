@@ -41,6 +41,10 @@ IN_PRIORITY_BAND_KEY = "starlight.in-priority-band"
 # Queues (a JSON list of names) that get this message from the copy on another exchange's
 # topic (exchange-to-exchange bindings reach several): their subscriptions skip this copy.
 ROUTED_ELSEWHERE_KEY = "starlight.routed-elsewhere"
+# On the copies of a message after the first, when a topic or headers exchange routed it
+# to several queues (one copy per queue's binding topic): a reader of the whole exchange
+# (Spark, a Pulsar-native pattern consumer) keeps only the copies without it.
+FURTHER_COPY_KEY = "starlight.further-copy"
 # The readable copy of the AMQP expiration: the message's own TTL, checked at delivery.
 EXPIRATION_KEY = "amqp.expiration"
 _READABLE = (

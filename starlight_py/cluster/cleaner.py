@@ -202,10 +202,15 @@ class SubscriptionCleaner:
         force = refused_at is not None and time.monotonic() - refused_at >= self.grace
         try:
             self.admin.delete_subscription(topic, record.subscription, force=force)
+            if record.owns_topic:
+                # A binding's own topic has no other reader; a proxy's producer still on
+                # it (closed when idle) refuses the delete until the grace is over.
+                self.admin.delete_topic(topic, force=force)
         except PulsarAdminError as e:
             if e.status != 412:
                 raise
-            # Consumers still attached: they let go once they see the record; wait.
+            # Consumers (or producers) still attached: they let go once they see the
+            # record, or when idle; wait.
             self._refused.setdefault(key, time.monotonic())
             return
         self._refused.pop(key, None)
@@ -238,7 +243,7 @@ class SubscriptionCleaner:
                 log.warning("cleaner: binding set %s: %s", cached.subscription, e)
 
     def _prune(self, vhost: str, namespace: NamespaceName, cached: BindingSet) -> None:
-        topic = naming.TopicName(namespace, cached.topic)
+        topic = naming.TopicName(namespace, cached.subscription_topic)
         position = self.admin.cursor_position(topic, cached.subscription)
         if position is None:
             return
@@ -282,7 +287,7 @@ class SubscriptionCleaner:
                 continue
             older_than = math.ceil(policy.message_ttl_ms / 1000)
             for binding_set in self.cache.binding_sets_of_queue(vhost, cached.name):
-                topic = naming.TopicName(namespace, binding_set.topic)
+                topic = naming.TopicName(namespace, binding_set.subscription_topic)
                 try:
                     self.admin.expire_messages(topic, binding_set.subscription, older_than)
                     self.stats.expiry_sweeps += 1
@@ -309,7 +314,7 @@ class SubscriptionCleaner:
             ]
             messages = size = 0
             for binding_set in sets:
-                topic = naming.TopicName(namespace, binding_set.topic)
+                topic = naming.TopicName(namespace, binding_set.subscription_topic)
                 try:
                     kept = self._retain(topic, binding_set.subscription, retention)
                 except (PulsarAdminError, BackendUnavailable) as e:

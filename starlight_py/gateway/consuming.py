@@ -263,14 +263,14 @@ class Consumers:
 
     async def _open(self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None) -> None:
         assert link.core is not None
-        topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
+        topic = naming.TopicName(self.ctx.namespace, binding_set.subscription_topic)
         name = f"{self.prefix}/{link.registry_name}"
         size = link.core.prefetch or UNLIMITED_RECEIVER_QUEUE
         batcher = link.batcher
         assert batcher is not None
         # Known before the first message can arrive: the reader thread starts reading while
         # `subscribe` returns, and a message of a band taken for rank 0 would go last.
-        link.known_sets[binding_set.topic] = binding_set
+        link.known_sets[binding_set.subscription_topic] = binding_set
         link.plans.clear()
         band = link.ranks[binding_set.subscription] = rank(binding_set)
         link.session.core.reads_band(link.core, band, backlog)

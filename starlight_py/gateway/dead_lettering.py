@@ -49,7 +49,12 @@ from starlight_py.gateway.exchange_routing import (
     route_through_bindings,
     written_copies,
 )
-from starlight_py.gateway.message_copies import message_copies
+from starlight_py.gateway.message_copies import (
+    copy_targets,
+    has_own_topics,
+    message_copies,
+    stored_copy_targets,
+)
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
@@ -362,21 +367,37 @@ class DeadLetters:
         )
         pulsar_properties = encode_properties(exchange.name, dead_key, dead_properties)
         priorities = self.cache.max_priorities(self.ctx.vhost)  # usually empty
-        routed = (
-            self.cache.routed_queues(self.ctx.vhost, exchange, dead_key, dead_properties.headers)
-            if priorities
-            else set()
+        targets = copy_targets(
+            self.cache,
+            self.ctx.vhost,
+            exchange,
+            dead_key,
+            dead_properties.headers,
+            bool(priorities),
         )
+        if has_own_topics(exchange) and not targets.routed:
+            targets = await trio.to_thread.run_sync(
+                stored_copy_targets,
+                self.topology,
+                self.ctx.vhost,
+                exchange,
+                dead_key,
+                dead_properties.headers,
+            )
         copies = message_copies(
             self.ctx.namespace,
             topic,
             exchange,
             pulsar_properties,
-            routed,
+            targets.routed,
             set(),
             priorities,
             dead_properties.priority,
+            targets.own_topics,
+            targets.exchange_topic_read,
         )
+        if not copies:
+            return False  # its binding went away meanwhile: unroutable
         pending = _Copies(len(copies), done)
         sending()
         for copy_topic, copy_properties in copies:
@@ -405,6 +426,7 @@ class DeadLetters:
         if route is None:
             return False  # unroutable dead letters are dropped
         copies = written_copies(
+            self.cache,
             self.ctx.namespace,
             vhost,
             route,

@@ -28,7 +28,7 @@ class PlanSource(Protocol):
 
     changes: int
 
-    def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None: ...
+    def binding_set_reading(self, vhost: str, queue: str, topic: str) -> BindingSet | None: ...
 
     def retired(self, vhost: str, subscription: str) -> RetiredSubscription | None: ...
 
@@ -110,10 +110,11 @@ class DeliveryPlan:
 def current_binding_set(
     cache: PlanSource, vhost: str, queue: str, known_sets: dict[str, BindingSet], topic: str
 ) -> BindingSet | None:
-    """The bindings of `queue` on `topic` (a local topic name), from the freshest state:
-    the cache, else what the consumer read from ZooKeeper (`known_sets`, by topic), bounded
-    by a retired subscription's end."""
-    binding_set = cache.binding_set(vhost, queue, topic)
+    """The bindings of `queue` read from `topic` (a local topic name: the exchange's, or
+    the bindings' own), from the freshest state: the cache, else what the consumer read
+    from ZooKeeper (`known_sets`, by the topic read), bounded by a retired subscription's
+    end."""
+    binding_set = cache.binding_set_reading(vhost, queue, topic)
     if binding_set is not None:
         return binding_set
     known = known_sets.get(topic)

@@ -24,7 +24,7 @@ from starlight_py.backend.message_codec import (
     ROUTED_ELSEWHERE_KEY,
     refused_by_value,
 )
-from starlight_py.gateway.message_copies import message_copies
+from starlight_py.gateway.message_copies import has_own_topics, message_copies, own_topics_of
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import ExchangeBinding
@@ -173,6 +173,7 @@ async def route_through_bindings(
 
 
 def written_copies(
+    cache: TopologyCache,
     namespace: NamespaceName,
     vhost: str,
     route: ChainRoute,
@@ -207,6 +208,26 @@ def written_copies(
             stored = pre_acks.stored_callback(
                 vhost, exchange.name, routing_key, headers, topic, skipped
             )
+        if has_own_topics(exchange):
+            # The queues it serves with bindings of their own topics get it there.
+            sets = cache.routed_sets(vhost, exchange, routing_key, headers)
+            own = own_topics_of(b for b in sets if b.queue in served)
+            for copy_topic, copy_properties in message_copies(
+                namespace,
+                topic,
+                exchange,
+                properties,
+                set(served),
+                set(refused),
+                priorities,
+                priority,
+                own,
+                cache.reads_exchange_topic(vhost, exchange.name) or bool(ready - own.keys()),
+            ):
+                written.append(
+                    (copy_topic, copy_properties, stored if copy_topic == topic else None)
+                )
+            continue
         if not banded:
             marked = properties
             if refused:

@@ -249,7 +249,7 @@ class ExpiryReaper:
         heads: list[int | None] = []
         empty = True
         for binding_set in self.cache.binding_sets_of_queue(vhost, name):
-            topic = naming.TopicName(record.namespace, binding_set.topic)
+            topic = naming.TopicName(record.namespace, binding_set.subscription_topic)
             while True:
                 head = await trio.to_thread.run_sync(
                     self.topology.admin.peek_head,

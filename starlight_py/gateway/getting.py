@@ -44,7 +44,7 @@ def rank(binding_set: BindingSet) -> int:
     queue's band (model/priorities.py), 0 for a binding subscription."""
     if binding_set.exchange_type != PRIORITY_BAND_TYPE:
         return 0
-    parsed = naming.parse_priority_band_topic(binding_set.topic)
+    parsed = naming.parse_priority_band_topic(binding_set.subscription_topic)
     return 0 if parsed is None else 1 + parsed[1]
 
 
@@ -135,7 +135,7 @@ class Getters:
             if getter is None:
                 getter = await trio.to_thread.run_sync(
                     self.consumers.backend.subscribe,
-                    naming.TopicName(self.consumers.ctx.namespace, binding_set.topic),
+                    naming.TopicName(self.consumers.ctx.namespace, binding_set.subscription_topic),
                     binding_set.subscription,
                     f"{self.consumers.prefix}/get/{session.number}",
                     1,
@@ -180,7 +180,9 @@ class Getters:
             message = await trio.to_thread.run_sync(handle.receive, wait)
             if message is None:
                 return False
-            decoded = self.consumers._route(queue, {binding_set.topic: binding_set}, message)
+            decoded = self.consumers._route(
+                queue, {binding_set.subscription_topic: binding_set}, message
+            )
             if decoded is None:
                 handle.acknowledge(message)  # another binding's message: not this queue's
                 continue
@@ -277,7 +279,7 @@ class Getters:
             return 0
         limit = read_ahead if limit == -1 else limit
         known = {
-            b.topic: b
+            b.subscription_topic: b
             for b in self.consumers.cache.binding_sets_of_queue(self.consumers.ctx.vhost, queue)
         }
         # "/get/": not a consumer of the queue for the exclusive-consumer check.

@@ -88,11 +88,15 @@ class PreAcks:
         then its publish must learn the message id (`stored`)."""
         if exchange.routing_type not in SHARED_TOPIC_TYPES:
             return False
+        if not self.cache.reads_exchange_topic(vhost, exchange.name):
+            return False  # its bindings have topics of their own: nothing to pre-ack
         if not self.settled():
             # This proxy's cache may not show a binding made a moment ago elsewhere: decide
             # when the message is stored.
             return True
         for binding_set in self.cache.binding_sets_of_exchange(vhost, exchange.name):
+            if binding_set.binding_topic:
+                continue  # reads only what was routed to it
             if not any(
                 binding_matches(
                     binding_set.exchange_type, e.routing_key, e.arguments, routing_key, headers
@@ -155,7 +159,7 @@ class PreAcks:
 
     def _pre_ack(self, item: _Stored) -> None:
         for binding_set in self.cache.binding_sets_of_exchange(item.vhost, item.exchange):
-            if binding_set.topic != item.topic.local:
+            if binding_set.subscription_topic != item.topic.local:
                 continue
             if binding_set.queue not in item.skipped and any_binding_routes(
                 binding_set.exchange_type,

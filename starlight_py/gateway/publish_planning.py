@@ -16,7 +16,12 @@ from pamqp import commands
 from starlight_py.amqp.errors import AccessRefused, PreconditionFailed
 from starlight_py.amqp.hot_frames import Publish
 from starlight_py.backend.message_codec import encode_properties
-from starlight_py.gateway.message_copies import message_copies
+from starlight_py.gateway.message_copies import (
+    copy_targets,
+    has_own_topics,
+    message_copies,
+    stored_copy_targets,
+)
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
@@ -111,11 +116,15 @@ class SlowPlanner:
         if lagging:
             # Declared a moment ago: the cache has not seen the queue yet, ZooKeeper has.
             priorities = await self._with_fresh_priority(routing_key, priorities)
-        routed = (
-            self.cache.routed_queues(vhost, target, routing_key, headers)
-            if (limits and self.lengths is not None) or priorities
-            else set()
-        )
+        need_routed = bool((limits and self.lengths is not None) or priorities)
+        targets = copy_targets(self.cache, vhost, target, routing_key, headers, need_routed)
+        if has_own_topics(target) and not targets.routed:
+            # Routed per ZooKeeper, not yet per the cache (a binding made a moment ago on
+            # another proxy): the binding topics come from ZooKeeper too.
+            targets = await trio.to_thread.run_sync(
+                stored_copy_targets, self.topology, vhost, target, routing_key, headers
+            )
+        routed = set(targets.routed) if need_routed or has_own_topics(target) else set()
         if lagging and routing_key in priorities:
             routed.add(routing_key)
         refusing = await self.refusing(limits, routed, method, properties, body)
@@ -130,6 +139,8 @@ class SlowPlanner:
             refusing,
             priorities,
             properties.priority,
+            targets.own_topics,
+            targets.exchange_topic_read,
         )
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
         banded = bool(routed & priorities.keys())

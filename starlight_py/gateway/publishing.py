@@ -45,7 +45,7 @@ from starlight_py.gateway.exchange_routing import (
     route_through_bindings,
     written_copies,
 )
-from starlight_py.gateway.message_copies import message_copies
+from starlight_py.gateway.message_copies import copy_targets, message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.publish_planning import BASIC_PUBLISH, SlowPlanner
@@ -236,29 +236,36 @@ class Publisher:
             routing_key in limits or cache.queue(vhost, routing_key) is None
         ):
             return False
-        routed: set[str] = set()
-        if limits or priorities:
-            routed = cache.routed_queues(vhost, target_exchange, routing_key, headers)
-            if routed & limits.keys():
-                return False  # the limit needs the queue's depth
+        targets = copy_targets(
+            cache,
+            vhost,
+            target_exchange,
+            routing_key,
+            headers,
+            need_routed=bool(limits or priorities),
+        )
+        routed = targets.routed
+        if routed & limits.keys():
+            return False  # the limit needs the queue's depth
         topic = naming.exchange_topic(
             ctx.namespace, target_exchange.name, target_exchange.routing_type, routing_key
         )
         pulsar_properties = encode_properties(name, routing_key, properties, raw_properties)
         banded = bool(routed & priorities.keys())  # where it goes depends on its priority
-        if banded:
-            copies = message_copies(
-                ctx.namespace,
-                topic,
-                target_exchange,
-                pulsar_properties,
-                routed,
-                set(),
-                priorities,
-                properties.priority,
-            )
-        else:
-            copies = [(topic, pulsar_properties)]
+        copies = message_copies(
+            ctx.namespace,
+            topic,
+            target_exchange,
+            pulsar_properties,
+            routed,
+            set(),
+            priorities,
+            properties.priority,
+            targets.own_topics,
+            targets.exchange_topic_read,
+        )
+        if not copies:
+            return False  # routed per the cache, but to no topic it knows: ask ZooKeeper
         producers = []
         for copy_topic, _ in copies:
             producer = self.producers.peek(copy_topic)
@@ -281,8 +288,9 @@ class Publisher:
             # every later message of the route tracked, in a batch entry of its own.
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
+            plan_pre_ack = pre_ack if copies[0][0] == topic else None
             self._plans[(name, routing_key)] = RoutePlan(
-                version, producers[0], exchange, delays, name, routing_key, pre_ack
+                version, producers[0], exchange, delays, name, routing_key, plan_pre_ack
             )
         outcome = PublishOutcome(target, target.reserve_publish(), len(copies), False)
         self._count += 1
@@ -437,6 +445,9 @@ class Publisher:
         if plan is None:
             target.settle_publishes([(seq, False)])  # every routed queue refused it
             return
+        if not plan.copies:
+            target.settle_publishes([(seq, True)])  # its binding went away meanwhile
+            return
         outcome = PublishOutcome(target, seq, len(plan.copies), plan.refused)
         for copy_topic, copy_properties in plan.copies:
             producer = await self.producers.get(copy_topic)
@@ -485,6 +496,7 @@ class Publisher:
             method.exchange, routing_key, properties, raw_properties
         )
         written = written_copies(
+            self.cache,
             self.ctx.namespace,
             vhost,
             route,

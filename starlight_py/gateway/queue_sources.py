@@ -56,7 +56,7 @@ class QueueSources:
         found: dict[str, SubscriptionStats] = {}
 
         async def one(binding_set: BindingSet) -> None:
-            topic = naming.TopicName(self.ctx.namespace, binding_set.topic)
+            topic = naming.TopicName(self.ctx.namespace, binding_set.subscription_topic)
             stats = await trio.to_thread.run_sync(self.topology.admin.subscription_stats, topic)
             if binding_set.subscription in stats:
                 found[binding_set.subscription] = stats[binding_set.subscription]

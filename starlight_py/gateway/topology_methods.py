@@ -16,6 +16,7 @@ from starlight_py.amqp.errors import AccessRefused, NotFound
 from starlight_py.amqp.field_codec import unvalidated
 from starlight_py.gateway.authorization import ALLOW_ALL, AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.message_copies import has_own_topics
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import ExchangeBinding
 from starlight_py.model.namespaces import NamespaceName
@@ -270,16 +271,18 @@ class TopologyMethods:
         if exchange == DEFAULT_EXCHANGE:
             raise AccessRefused("operation not permitted on the default exchange", (50, 20))
         await ctx.access.check_exchange(Access.READ, exchange, (50, 20))
+        routing_key, arguments = _text(method.routing_key), dict(method.arguments or {})
         await self._run(
             self.service.bind,
             ctx.vhost,
             ctx.namespace,
             queue,
             exchange,
-            _text(method.routing_key),
-            dict(method.arguments or {}),
+            routing_key,
+            arguments,
             ctx.owner,
         )
+        await self._cache_routes(ctx.vhost, queue, exchange, routing_key, arguments, True)
         if not method.nowait:
             reply(commands.Queue.BindOk())
 
@@ -296,16 +299,18 @@ class TopologyMethods:
         check_not_default_exchange(exchange, (50, 50))
         await ctx.access.check_exchange(Access.READ, exchange, (50, 50))
         await self._run(self.flush_publishes)
+        routing_key, arguments = _text(method.routing_key), dict(method.arguments or {})
         await self._run(
             self.service.unbind,
             ctx.vhost,
             ctx.namespace,
             queue,
             exchange,
-            _text(method.routing_key),
-            dict(method.arguments or {}),
+            routing_key,
+            arguments,
             ctx.owner,
         )
+        await self._cache_routes(ctx.vhost, queue, exchange, routing_key, arguments, False)
         reply(commands.Queue.UnbindOk())
 
     async def _exchange_binding(
@@ -352,6 +357,38 @@ class TopologyMethods:
         await self._cache_shows(ctx.vhost, binding, False)
         if not method.nowait:
             reply(commands.Exchange.UnbindOk())
+
+    async def _cache_routes(
+        self,
+        vhost: str,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        arguments: dict[str, Any],
+        present: bool,
+    ) -> None:
+        """Wait (at most CACHE_WAIT seconds) until this proxy's cache routes by (or no longer
+        by) a queue's binding to a topic or headers exchange. Their publishes are written
+        only to the topics of the bindings the cache knows, so a publish right after
+        bind-ok on this proxy must find the binding there. Other exchanges' messages go
+        to topics every binding subscription of them reads anyway."""
+        cache = self.cache
+        if cache is None:
+            return
+
+        def shown() -> bool:
+            known = cache.exchange(vhost, exchange)
+            if known is None or not has_own_topics(known):
+                return True
+            bound = any(
+                b.exchange == exchange
+                and any(e.same_binding(routing_key, arguments) for e in b.active_entries)
+                for b in cache.binding_sets_of_queue(vhost, queue)
+            )
+            return bound == present
+
+        if not shown():
+            await self._run(cache.wait_until, shown, CACHE_WAIT)
 
     async def _cache_shows(self, vhost: str, binding: ExchangeBinding, present: bool) -> None:
         """Wait (at most CACHE_WAIT seconds) until this proxy's cache has (or no longer has)

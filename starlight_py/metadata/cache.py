@@ -44,7 +44,7 @@ from starlight_py.model.policies import (
 )
 from starlight_py.model.priorities import max_priority_of
 from starlight_py.model.queue_limits import LengthLimit
-from starlight_py.model.routing import binding_matches
+from starlight_py.model.route_index import ExchangeRoutes
 from starlight_py.model.topology import Exchange, Queue
 
 log = logging.getLogger("starlight.cache")
@@ -94,6 +94,10 @@ class TopologyCache:
         # (vhost, exchange) -> {(queue, topic): BindingSet}
         self._sets_by_exchange: dict[tuple[str, str], dict[tuple[str, str], BindingSet]] = {}
         self._set_keys: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
+        # (vhost, exchange) -> which of its binding sets (by (queue, topic)) route a message
+        self._routes: dict[tuple[str, str], ExchangeRoutes[tuple[str, str]]] = {}
+        # (vhost, exchange) -> its binding sets whose subscription is on the exchange's topic
+        self._exchange_topic_readers: dict[tuple[str, str], set[tuple[str, str]]] = {}
         # (vhost, queue) -> {topic: BindingSet}
         self._sets_by_queue: dict[tuple[str, str], dict[str, BindingSet]] = {}
         self._retired: dict[tuple[str, str], RetiredSubscription] = {}
@@ -224,6 +228,50 @@ class TopologyCache:
         with self._lock:
             return self._sets_by_queue.get((vhost, queue), {}).get(topic)
 
+    def reads_exchange_topic(self, vhost: str, exchange: str) -> bool:
+        """Whether a binding set of `exchange` reads the exchange's own topic (fanout
+        exchanges, and topic or headers bindings made before bindings had topics of their
+        own): a message routed by the exchange is then written there too."""
+        return (vhost, exchange) in self._exchange_topic_readers
+
+    def binding_set_reading(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
+        """The active binding set of `queue` whose subscription is on `topic` (a local
+        name: the exchange's topic, or the set's own binding topic)."""
+        with self._lock:
+            sets = self._sets_by_queue.get((vhost, queue), {})
+            found = sets.get(topic)
+            if found is not None and found.subscription_topic == topic:
+                return found
+            for binding_set in sets.values():
+                if binding_set.subscription_topic == topic:
+                    return binding_set
+            return None
+
+    def routed_sets(
+        self,
+        vhost: str,
+        exchange: Exchange,
+        routing_key: str,
+        headers: dict[str, Any] | None,
+    ) -> list[BindingSet]:
+        """The binding sets of `exchange` whose active bindings route this message now (per
+        this cache), one per queue reached; found through the exchange's route index, so
+        the cost does not grow with its number of bindings (model/route_index.py). Not for
+        the default exchange, which has no binding sets."""
+        key = (vhost, exchange.name)
+        with self._lock:
+            routes = self._routes.get(key)
+            if routes is None:
+                return []
+            sets = self._sets_by_exchange.get(key, {})
+            if routes.routing_type != exchange.routing_type:
+                # Indexed by the type its binding sets recorded; the exchange's own record
+                # decides (records written before sets knew their type say "direct").
+                routes = self._routes[key] = ExchangeRoutes(exchange.routing_type)
+                for set_key, binding_set in sets.items():
+                    routes.put(set_key, _active_bindings(binding_set))
+            return [sets[found] for found in routes.routed(routing_key, headers) if found in sets]
+
     def has_route(
         self,
         vhost: str,
@@ -234,13 +282,7 @@ class TopologyCache:
         """Does any queue's active binding route this message now (per this cache)?"""
         if exchange.name == "":
             return self.queue(vhost, routing_key) is not None
-        for binding_set in self.binding_sets_of_exchange(vhost, exchange.name):
-            for entry in binding_set.active_entries:
-                if binding_matches(
-                    exchange.routing_type, entry.routing_key, entry.arguments, routing_key, headers
-                ):
-                    return True
-        return False
+        return bool(self.routed_sets(vhost, exchange, routing_key, headers))
 
     def length_limits(self, vhost: str) -> dict[str, LengthLimit]:
         """The queues of `vhost` with `x-max-length` / `x-max-length-bytes`, and their limits
@@ -264,17 +306,7 @@ class TopologyCache:
         """The queues whose active bindings route this message now (per this cache)."""
         if exchange.name == "":
             return {routing_key} if self.queue(vhost, routing_key) is not None else set()
-        routed: set[str] = set()
-        for binding_set in self.binding_sets_of_exchange(vhost, exchange.name):
-            if binding_set.queue in routed:
-                continue
-            for entry in binding_set.active_entries:
-                if binding_matches(
-                    exchange.routing_type, entry.routing_key, entry.arguments, routing_key, headers
-                ):
-                    routed.add(binding_set.queue)
-                    break
-        return routed
+        return {b.queue for b in self.routed_sets(vhost, exchange, routing_key, headers)}
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Poll `predicate` until true or `timeout`; for tests and startup."""
@@ -330,7 +362,8 @@ class TopologyCache:
                 present.add(consumer)
             after = len(present) == 1
             sole = self._sole_consumer_prefetch(vhost, queue)
-            for topic in self._sets_by_queue.get((vhost, queue), {}):
+            for binding_set in self._sets_by_queue.get((vhost, queue), {}).values():
+                topic = binding_set.subscription_topic
                 if before != after:
                     self._count_reader((vhost, topic), 0, 1 if after else -1)
                 self._note_sole_prefetch((vhost, topic), queue, sole)
@@ -441,12 +474,21 @@ class TopologyCache:
                     set_key = (record.queue, record.topic)
                     self._sets_by_exchange.setdefault(exchange_key, {})[set_key] = record
                     self._set_keys[path_key] = (exchange_key, set_key)
+                    routes = self._routes.get(exchange_key)
+                    if routes is None:
+                        routes = self._routes[exchange_key] = ExchangeRoutes(record.exchange_type)
+                    routes.put(set_key, _active_bindings(record))
+                    readers = self._exchange_topic_readers
+                    if record.binding_topic:
+                        _forget(readers, exchange_key, set_key)
+                    else:
+                        readers.setdefault(exchange_key, set()).add(set_key)
                     queue_sets = self._sets_by_queue.setdefault((vhost, record.queue), {})
                     if record.topic not in queue_sets:
                         single = self._single_consumer(vhost, record.queue)
-                        self._count_reader((vhost, record.topic), 1, single)
+                        self._count_reader((vhost, record.subscription_topic), 1, single)
                         self._note_sole_prefetch(
-                            (vhost, record.topic),
+                            (vhost, record.subscription_topic),
                             record.queue,
                             self._sole_consumer_prefetch(vhost, record.queue),
                         )
@@ -454,16 +496,23 @@ class TopologyCache:
                 elif raw is None and path_key in self._set_keys:
                     exchange_key, set_key = self._set_keys.pop(path_key)
                     queue_sets = self._sets_by_queue.get((vhost, set_key[0]), {})
-                    if queue_sets.pop(set_key[1], None) is not None:
+                    gone = queue_sets.pop(set_key[1], None)
+                    if gone is not None:
+                        read = (vhost, gone.subscription_topic)
                         single = self._single_consumer(vhost, set_key[0])
-                        self._count_reader((vhost, set_key[1]), -1, -single)
-                        self._note_sole_prefetch((vhost, set_key[1]), set_key[0], None)
+                        self._count_reader(read, -1, -single)
+                        self._note_sole_prefetch(read, set_key[0], None)
                     if not queue_sets:
                         self._sets_by_queue.pop((vhost, set_key[0]), None)
                     sets = self._sets_by_exchange.get(exchange_key, {})
                     sets.pop(set_key, None)
+                    routes = self._routes.get(exchange_key)
+                    if routes is not None:
+                        routes.remove(set_key)
+                    _forget(self._exchange_topic_readers, exchange_key, set_key)
                     if not sets:
                         self._sets_by_exchange.pop(exchange_key, None)
+                        self._routes.pop(exchange_key, None)
 
     # ---- policies (called with the lock held) -----------------------------------------------
 
@@ -497,6 +546,18 @@ class TopologyCache:
         for (each, _), exchange in list(self._declared_exchanges.items()):
             if each == vhost:
                 self._apply_exchange_policy(vhost, exchange)
+
+
+def _forget(index: dict[tuple[str, str], set[tuple[str, str]]], key: Any, member: Any) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.discard(member)
+        if not members:
+            del index[key]
+
+
+def _active_bindings(binding_set: BindingSet) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.routing_key, e.arguments) for e in binding_set.active_entries]
 
 
 def _index(index: dict[str, dict[str, V]], vhost: str, name: str, value: V | None) -> None:

@@ -260,6 +260,15 @@ class BindingSet:
     entries: tuple[BindingEntry, ...] = ()
     created: float = 0.0
     exchange_type: str = "direct"
+    # Bindings to topic and headers exchanges made since routing at publish: the local
+    # name of the set's own topic (model.naming.binding_topic), which only messages routed
+    # to the queue reach. Empty: the subscription reads the exchange's `topic`.
+    binding_topic: str = ""
+
+    @property
+    def subscription_topic(self) -> str:
+        """The local name of the topic the set's subscription is on."""
+        return self.binding_topic or self.topic
 
     @property
     def active_entries(self) -> tuple[BindingEntry, ...]:
@@ -312,6 +321,9 @@ class RetiredSubscription:
     # The bindings as they were at retirement (all unbound): while it drains, the queue
     # still gets the messages they routed before `end`.
     binding_set: BindingSet | None = None
+    # `topic` is the binding's own topic (BindingSet.binding_topic): once the subscription
+    # is gone, so is the topic.
+    owns_topic: bool = False
 
 
 # ---- JSON codec ---------------------------------------------------------------------------
@@ -390,6 +402,7 @@ def encode(record: object) -> bytes:
             "subscription": record.subscription,
             "created": record.created,
             "exchange_type": record.exchange_type,
+            **({"binding_topic": record.binding_topic} if record.binding_topic else {}),
             "entries": [
                 {
                     "routing_key": e.routing_key,
@@ -421,6 +434,7 @@ def encode(record: object) -> bytes:
             "binding_set": None
             if record.binding_set is None
             else json.loads(encode(record.binding_set)),
+            **({"owns_topic": True} if record.owns_topic else {}),
         }
     else:
         raise TypeError(f"not a metadata record: {type(record).__name__}")
@@ -501,6 +515,7 @@ def decode(
                 ),
                 body.get("created", 0.0),
                 body.get("exchange_type", "direct"),
+                body.get("binding_topic", ""),
             )
         if kind == "exchange_binding":
             return ExchangeBinding(
@@ -520,6 +535,7 @@ def decode(
                 None
                 if body.get("binding_set") is None
                 else _binding_set(json.dumps(body["binding_set"]).encode()),
+                body.get("owns_topic", False),
             )
     except RecordError:
         raise

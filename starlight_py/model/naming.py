@@ -190,12 +190,55 @@ def parse_priority_band_topic(local: str) -> tuple[str, int] | None:
 
 @functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
 def exchange_and_key_of_topic(local: str) -> tuple[str, str | None]:
-    """Like `parse_exchange_topic`, but ("", None) for a topic that is not an exchange's
-    (a priority band, a Pulsar-native topic): the message's own properties say then."""
+    """Like `parse_exchange_topic`, but (exchange, None) for a binding topic
+    (`binding_topic`), and ("", None) for a topic that is not an exchange's (a priority
+    band, a Pulsar-native topic): the message's own properties say then."""
+    binding = parse_binding_topic(local)
+    if binding is not None:
+        return binding[0], None
     try:
         return parse_exchange_topic(local)
     except ValueError:
         return "", None
+
+
+OWN_TOPIC_EXCHANGE_TYPES = frozenset({"topic", "headers"})
+"""Exchange types whose bindings each get a topic of their own (`binding_topic`): the
+publishing proxy evaluates the bindings and writes a message only to the topics of the
+queues it routes to, so the work per message does not grow with the number of bindings.
+Direct exchanges already have a topic per routing key, and a fanout routes every message
+to every binding, so one topic read by every binding's subscription wastes nothing there."""
+
+
+def binding_topic(
+    namespace: NamespaceName, exchange: str, queue: str, binding_set_id: str
+) -> TopicName:
+    """The topic of one queue's bindings to a topic or headers exchange:
+    `E(exchange)~~E(queue)~~<binding set id>`, the id being the one in the binding's
+    subscription name (`subscription_name`), new each time the queue is bound again after
+    an unbind. Every message written there was routed to that queue by one of those
+    bindings. Raises ValueError for an id that is not 12 lowercase hex characters."""
+    if not _BINDING_SET_ID.fullmatch(binding_set_id):
+        raise ValueError(f"binding set id {binding_set_id!r} is not 12 lowercase hex characters")
+    return TopicName(
+        namespace, escape(exchange) + SEPARATOR + escape(queue) + SEPARATOR + binding_set_id
+    )
+
+
+@functools.lru_cache(maxsize=_NAME_CACHE_SIZE)
+def parse_binding_topic(local: str) -> tuple[str, str, str] | None:
+    """(exchange, queue, binding set id) from a local name `binding_topic` makes; None for
+    any other name (a direct exchange's `E(x)~~E(k)` has one separator, a priority band
+    starts with `amq.priority`)."""
+    parts = local.split(SEPARATOR)
+    if len(parts) != 3 or parts[0] in ("", PRIORITY_BAND_TOPIC_PREFIX, DEFAULT_EXCHANGE_TOPIC_NAME):
+        return None
+    if not _BINDING_SET_ID.fullmatch(parts[2]):
+        return None
+    try:
+        return unescape(parts[0]), unescape(parts[1]), parts[2]
+    except ValueError:
+        return None
 
 
 def new_binding_set_id() -> str:

@@ -111,7 +111,7 @@ def queue_subscriptions(cache: TopologyCache) -> list[QueueSubscriptions]:
         namespace = namespaces[vhost]
         if subscriptions is None or namespace is None:
             continue
-        topic = naming.TopicName(namespace, binding_set.topic)
+        topic = naming.TopicName(namespace, binding_set.subscription_topic)
         subscriptions.append((topic, binding_set.subscription))
     return [
         QueueSubscriptions(

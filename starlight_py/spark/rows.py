@@ -57,7 +57,7 @@ class QueueRoutes:
         self.binding_sets = tuple(binding_sets)
         self._by_topic: dict[str, list[BindingSet]] = {}
         for binding_set in self.binding_sets:
-            self._by_topic.setdefault(binding_set.topic, []).append(binding_set)
+            self._by_topic.setdefault(binding_set.subscription_topic, []).append(binding_set)
 
     def routes(
         self,
@@ -125,11 +125,10 @@ def amqp_row(
     the codec's defaults (exchange and routing key from the topic name when it is one of
     ours, else empty)."""
     properties = dict(pulsar_properties or {})
+    if routes is None and message_codec.FURTHER_COPY_KEY in properties:
+        return None  # read whole, an exchange shows each message once (its first copy)
     local = local_name(topic)
-    try:
-        exchange, routing_key = naming.parse_exchange_topic(local)
-    except ValueError:
-        exchange, routing_key = "", None
+    exchange, routing_key = naming.exchange_and_key_of_topic(local)
     decoded = message_codec.decode(properties, bytes(body or b""), exchange, routing_key or "")
     amqp = decoded.properties
     position: MessageIdRecord | None = None

@@ -3,7 +3,9 @@
 The names come from `naming.exchange_topic` and the metadata the proxies keep in ZooKeeper
 (docs/mapping.md), never from a second copy of the rules:
 
-- a fanout, topic or headers exchange is one topic;
+- a fanout exchange is one topic; a topic or headers exchange is its topic and its
+  bindings' own topics (a pattern), where a message routed to several queues has one copy
+  per queue: rows come from the first copy only;
 - a direct exchange (and the default exchange) has one topic per routing key, so the job
   reads every topic whose name starts with the exchange's prefix (`topicsPattern`); a
   streaming job also picks up routing keys first used after it started;
@@ -66,6 +68,12 @@ def exchange_selection(vhost: str, namespace: NamespaceName, exchange: Exchange)
     description = f"exchange '{exchange.name}' ({exchange.type}) in vhost '{vhost}'"
     if exchange.name == "" or kind == naming.DIRECT_EXCHANGE_TYPE:
         return TopicSelection(description, pattern=_prefix_pattern(namespace, first.local))
+    if kind in naming.OWN_TOPIC_EXCHANGE_TYPES:
+        # Its bindings' own topics (`E(exchange)~~E(queue)~~id`), and the exchange's topic
+        # (what Pulsar-native producers and bindings older than binding topics use).
+        return TopicSelection(
+            description, pattern=f"persistent://{namespace}/\\Q{first.local}\\E(~~.*)?"
+        )
     return TopicSelection(description, topics=(str(first),))
 
 
@@ -73,7 +81,7 @@ def queue_selection(
     vhost: str, namespace: NamespaceName, queue: str, binding_sets: list[BindingSet]
 ) -> TopicSelection:
     """The topics `queue`'s binding sets read. Raises SelectionError when there is none."""
-    topics = sorted({str(naming.TopicName(namespace, b.topic)) for b in binding_sets})
+    topics = sorted({str(naming.TopicName(namespace, b.subscription_topic)) for b in binding_sets})
     if not topics:
         raise SelectionError(f"queue '{queue}' in vhost '{vhost}' has no binding: nothing to read")
     return TopicSelection(

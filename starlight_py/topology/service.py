@@ -237,6 +237,29 @@ class TopologyService:
                     return True
         return False
 
+    def routed_sets(
+        self, vhost: str, exchange: Exchange, routing_key: str, headers: dict[str, Any] | None
+    ) -> list[BindingSet]:
+        """Like TopologyCache.routed_sets, but read from ZooKeeper (every binding set of the
+        exchange: for when the cache, which may lag by milliseconds, finds no route)."""
+        routed = []
+        for child in self.zk.children(self.paths.exchange_bound(vhost, exchange.name)):
+            queue_segment, _, topic_segment = child.partition("~~")
+            found = self._read(
+                f"{self.paths.queues(vhost)}/{queue_segment}/bindings/{topic_segment}"
+            )
+            if found is None:
+                continue
+            binding_set: BindingSet = found[0]
+            if any(
+                binding_matches(
+                    exchange.routing_type, entry.routing_key, entry.arguments, routing_key, headers
+                )
+                for entry in binding_set.active_entries
+            ):
+                routed.append(binding_set)
+        return routed
+
     # ---- vhosts -------------------------------------------------------------------------------
 
     def ensure_vhost(
@@ -326,7 +349,7 @@ class TopologyService:
                 if found_set is None:
                     raise _Retry
                 binding_set, set_version = found_set
-                end = self.admin.last_message_id(self._topic(vhost, binding_set.topic))
+                end = self.admin.last_message_id(self._topic(vhost, binding_set.subscription_topic))
                 retired.append(self._retire(binding_set, end, drain=True))
                 ops += [
                     Delete(set_path, set_version),
@@ -551,7 +574,7 @@ class TopologyService:
         backlog = 0
         by_subscription: dict[str, tuple[naming.TopicName, int]] = {}
         for binding_set, _ in self.binding_sets(vhost, name):
-            topic = naming.TopicName(namespace, binding_set.topic)
+            topic = naming.TopicName(namespace, binding_set.subscription_topic)
             stats = self.admin.subscription_stats(topic, with_bytes).get(binding_set.subscription)
             if stats is not None:
                 waiting += max(0, stats.backlog - stats.delayed)
@@ -841,7 +864,7 @@ class TopologyService:
             raise purge_refused(name, vhost)
         purged = 0
         for binding_set, _ in self.binding_sets(vhost, name):
-            topic = naming.TopicName(namespace, binding_set.topic)
+            topic = naming.TopicName(namespace, binding_set.subscription_topic)
             stats = self.admin.subscription_stats(topic).get(binding_set.subscription)
             if stats is not None and stats.unacked and self.backend is not None:
                 # skip_all would also drop delivered-unacked messages, which RabbitMQ's
@@ -864,6 +887,9 @@ class TopologyService:
             # subscription again. Consumers let go when they see the record; the
             # SubscriptionCleaner deletes what is refused here.
             self.admin.delete_subscription(topic, record.subscription, force=False)
+            if record.owns_topic:
+                # Nothing else reads a binding's own topic: it goes with its subscription.
+                self.admin.delete_topic(topic, force=False)
             self.zk.delete(self.paths.retired_subscription(vhost, record.subscription))
         except Exception as e:
             log.debug(
@@ -902,7 +928,9 @@ class TopologyService:
             binding_set, set_version = found_set
             if any(e.same_binding(routing_key, arguments) for e in binding_set.active_entries):
                 return  # binding twice is idempotent
-            start = self.admin.last_message_id(topic)
+            start = self.admin.last_message_id(
+                naming.TopicName(namespace, binding_set.subscription_topic)
+            )
             entry = BindingEntry(routing_key, arguments, start=start)
             updated = binding_set.with_entries((*binding_set.entries, entry))
             self._commit_or_retry(
@@ -923,16 +951,24 @@ class TopologyService:
         routing_key: str,
         arguments: dict[str, Any],
     ) -> None:
+        set_id = naming.new_binding_set_id()
+        own_topic = (
+            naming.binding_topic(topic.namespace, exchange.name, queue.name, set_id)
+            if exchange.routing_type in naming.OWN_TOPIC_EXCHANGE_TYPES
+            else None
+        )
         binding_set = BindingSet(
             queue=queue.name,
             exchange=exchange.name,
             topic=topic.local,
-            subscription=naming.subscription_name(queue.name, naming.new_binding_set_id()),
+            subscription=naming.subscription_name(queue.name, set_id),
             entries=(BindingEntry(routing_key, arguments),),
             created=now(),
             exchange_type=exchange.routing_type,
+            binding_topic="" if own_topic is None else own_topic.local,
         )
-        self.admin.create_subscription(topic, binding_set.subscription)
+        read_topic = topic if own_topic is None else own_topic
+        self.admin.create_subscription(read_topic, binding_set.subscription)
         try:
             self.zk.commit(
                 [
@@ -949,7 +985,9 @@ class TopologyService:
                 ]
             )
         except TransactionFailed as e:
-            self.admin.delete_subscription(topic, binding_set.subscription)
+            self.admin.delete_subscription(read_topic, binding_set.subscription)
+            if own_topic is not None:
+                self.admin.delete_topic(own_topic)
             if isinstance(e.cause, NodeMissing):
                 # The queue or the exchange went away meanwhile: answer as if it never was.
                 if e.index == 0:
@@ -992,7 +1030,9 @@ class TopologyService:
             if not any(e.same_binding(routing_key, arguments) for e in active):
                 return
             self._check_owner(vhost, queue, owner, (50, 50))
-            end = self.admin.last_message_id(topic)
+            end = self.admin.last_message_id(
+                naming.TopicName(namespace, binding_set.subscription_topic)
+            )
             remaining = [e for e in active if not e.same_binding(routing_key, arguments)]
             if remaining:
                 entries = tuple(
@@ -1072,7 +1112,7 @@ class TopologyService:
             )
         )
         return RetiredSubscription(
-            topic=binding_set.topic,
+            topic=binding_set.subscription_topic,
             subscription=binding_set.subscription,
             queue=binding_set.queue,
             end=end,
@@ -1080,6 +1120,7 @@ class TopologyService:
             drain=drain and any(e.end is not None for e in final.entries),
             retired_at=now(),
             binding_set=final,
+            owns_topic=bool(binding_set.binding_topic),
         )
 
     def _topic(self, vhost: str, local: str) -> naming.TopicName:

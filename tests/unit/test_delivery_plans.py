@@ -128,7 +128,7 @@ class Cache:
     retirements: dict[tuple[str, str], RetiredSubscription] = field(default_factory=dict)
     queues: dict[tuple[str, str], Queue] = field(default_factory=dict)
 
-    def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
+    def binding_set_reading(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
         return self.sets.get((vhost, queue, topic))
 
     def retired(self, vhost: str, subscription: str) -> RetiredSubscription | None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from starlight_py.backend.message_codec import (
@@ -18,7 +19,7 @@ from starlight_py.gateway.exchange_routing import (
     copy_destinations,
     written_copies,
 )
-from starlight_py.metadata.records import ExchangeBinding
+from starlight_py.metadata.records import BindingEntry, BindingSet, ExchangeBinding
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.routing import assign_queues, binding_matches, exchanges_reached
@@ -253,7 +254,17 @@ def test_written_copies_mark_refusing_queues_and_add_priority_bands() -> None:
         (frozenset({"q1", "full"}), frozenset({"prio"})),
     )
     written = written_copies(
-        NAMESPACE, "/", route, "k", None, {}, None, {"prio": 10}, 7, frozenset({"full"})
+        NoOwnTopics(),  # type: ignore[arg-type]
+        NAMESPACE,
+        "/",
+        route,
+        "k",
+        None,
+        {},
+        None,
+        {"prio": 10},
+        7,
+        frozenset({"full"}),
     )
     topics = [topic for topic, _, _ in written]
     assert topics == [
@@ -267,3 +278,88 @@ def test_written_copies_mark_refusing_queues_and_add_priority_bands() -> None:
     assert skipped_by(second) == {"q1", "prio"}
     assert second[IN_PRIORITY_BAND_KEY] == '["prio"]'
     assert "prio" not in skipped_by(band)
+
+
+class NoOwnTopics:
+    """A topology cache for exchanges whose bindings read the exchange's topic."""
+
+    def routed_sets(self, *_: object) -> list[BindingSet]:
+        raise AssertionError("not asked for fanout exchanges")
+
+    def reads_exchange_topic(self, *_: object) -> bool:
+        return True
+
+
+@dataclass
+class OwnTopics:
+    """A topology cache whose topic exchange `t` has bindings with topics of their own."""
+
+    sets: list[BindingSet]
+    legacy: bool = False
+
+    def routed_sets(
+        self, vhost: str, exchange: Exchange, routing_key: str, headers: object
+    ) -> list[BindingSet]:
+        return [
+            b
+            for b in self.sets
+            if b.exchange == exchange.name
+            and any(
+                binding_matches("topic", e.routing_key, {}, routing_key, None) for e in b.entries
+            )
+        ]
+
+    def reads_exchange_topic(self, vhost: str, exchange: str) -> bool:
+        return self.legacy
+
+
+def own_set(queue: str, pattern: str, set_id: str) -> BindingSet:
+    return BindingSet(
+        queue,
+        "t",
+        "t",
+        naming.subscription_name(queue, set_id),
+        (BindingEntry(pattern),),
+        exchange_type="topic",
+        binding_topic=naming.binding_topic(NAMESPACE, "t", queue, set_id).local,
+    )
+
+
+def test_a_topic_exchange_reached_through_a_binding_writes_to_the_binding_topics() -> None:
+    cache = OwnTopics([own_set("q1", "k", "0" * 12), own_set("q2", "#", "1" * 12)])
+    route = ChainRoute(
+        [(Exchange("t", "topic"), frozenset({"q2"}))], {"q1", "q2"}, 2, (frozenset({"q1"}),)
+    )
+    written = written_copies(
+        cache,  # type: ignore[arg-type]
+        NAMESPACE,
+        "/",
+        route,
+        "k",
+        None,
+        {},
+        None,
+        {},
+        None,
+    )
+    # q2 gets it from an earlier copy: only q1's binding topic, and not the exchange topic.
+    assert [topic for topic, _, _ in written] == [
+        naming.binding_topic(NAMESPACE, "t", "q1", "0" * 12)
+    ]
+    legacy = OwnTopics(cache.sets, legacy=True)
+    written = written_copies(
+        legacy,  # type: ignore[arg-type]
+        NAMESPACE,
+        "/",
+        route,
+        "k",
+        None,
+        {},
+        None,
+        {},
+        None,
+    )
+    assert [topic for topic, _, _ in written] == [
+        naming.exchange_topic(NAMESPACE, "t", "topic", "k"),
+        naming.binding_topic(NAMESPACE, "t", "q1", "0" * 12),
+    ]

@@ -13,11 +13,15 @@ from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import (
     DEFAULT_EXCHANGE_TOPIC_NAME,
     TopicName,
+    binding_topic,
     escape,
+    exchange_and_key_of_topic,
     exchange_topic,
     new_binding_set_id,
+    parse_binding_topic,
     parse_exchange_topic,
     parse_subscription_name,
+    priority_band_topic,
     quote_path_segment,
     subscription_name,
     unescape,
@@ -292,3 +296,28 @@ def test_name_caches_are_bounded_and_a_rejected_name_is_rejected_every_time() ->
     assert many[-1] == "key-9999"
     maxsize = escape.cache_info().maxsize
     assert maxsize is not None and escape.cache_info().currsize <= maxsize
+
+
+# ---- binding topics (topic and headers exchanges) ----------------------------------------
+
+
+def test_a_binding_topic_joins_exchange_queue_and_binding_set_id() -> None:
+    topic = binding_topic(NS, "events x", "q/1", "0123456789ab")
+    assert str(topic) == "persistent://public/default/events~20x~~q~2F1~~0123456789ab"
+    assert parse_binding_topic(topic.local) == ("events x", "q/1", "0123456789ab")
+    assert exchange_and_key_of_topic(topic.local) == ("events x", None)
+    with pytest.raises(ValueError):
+        binding_topic(NS, "x", "q", "not-an-id")
+
+
+@given(st.text(max_size=30), st.text(max_size=30), st.text(max_size=30))
+def test_binding_topics_parse_back_and_never_look_like_other_topics(
+    exchange: str, queue: str, key: str
+) -> None:
+    topic = binding_topic(NS, exchange, queue, "abcdef012345")
+    if exchange:
+        assert parse_binding_topic(topic.local) == (exchange, queue, "abcdef012345")
+    # Direct exchange topics, the default exchange's and priority bands are not binding topics.
+    assert parse_binding_topic(exchange_topic(NS, exchange or "x", "direct", key).local) is None
+    assert parse_binding_topic(exchange_topic(NS, "", "direct", key).local) is None
+    assert parse_binding_topic(priority_band_topic(NS, queue, 3).local) is None

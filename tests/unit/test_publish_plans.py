@@ -18,6 +18,7 @@ from starlight_py.core.channel import Channel
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.publishing import Publisher, PublishOutcome, _settle
 from starlight_py.gateway.topology_methods import VhostContext
+from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.topology import Exchange, Queue
@@ -56,6 +57,7 @@ class Cache:
         self.priorities: dict[str, int] = {}
         self.routes: dict[tuple[str, str], set[str]] = {}  # (exchange, key) -> queues
         self.e2e_sources: set[str] = set()  # exchanges with exchange-to-exchange bindings
+        self.own_topics: dict[str, str] = {}  # queue -> its binding topic (none: legacy)
         self.asked = 0
 
     def exchange(self, vhost: str, name: str) -> Exchange | None:
@@ -74,6 +76,23 @@ class Cache:
         if exchange.name == "":
             return {key} if key in self.queues else set()
         return set(self.routes.get((exchange.name, key), set()))
+
+    def routed_sets(
+        self, vhost: str, exchange: Exchange, key: str, headers: Any
+    ) -> list[BindingSet]:
+        return [
+            BindingSet(
+                queue,
+                exchange.name,
+                exchange.name,
+                f"{queue}~~0123456789ab",
+                binding_topic=self.own_topics.get(queue, ""),
+            )
+            for queue in sorted(self.routed_queues(vhost, exchange, key, headers))
+        ]
+
+    def reads_exchange_topic(self, vhost: str, exchange: str) -> bool:
+        return not self.own_topics
 
     def has_exchange_bindings(self, vhost: str, source: str) -> bool:
         return source in self.e2e_sources
@@ -151,6 +170,32 @@ def test_a_route_is_planned_once_and_used_while_the_topology_is_unchanged(setup:
     cache.changes += 1
     assert not publisher.publish_now(channel, publish, properties, b"m", encoded)
     assert len(raw.sent) == 3
+
+
+@in_trio
+def test_a_topic_exchange_writes_only_to_the_binding_topics_of_the_queues_it_routes_to(
+    setup: Setup,
+) -> None:
+    publisher, cache, pool, channel = setup
+    cache.exchanges["t"] = Exchange("t", "topic")
+    topics = {q: naming.binding_topic(NAMESPACE, "t", q, f"{i:012x}") for i, q in enumerate("abc")}
+    cache.own_topics = {q: topic.local for q, topic in topics.items()}
+    cache.routes[("t", "k.1")] = {"a"}
+    cache.routes[("t", "k.2")] = {"b", "c"}
+    raw = {q: producer_for(pool, topic) for q, topic in topics.items()}
+    exchange_topic = producer_for(pool, naming.exchange_topic(NAMESPACE, "t", "topic", ""))
+    properties, encoded = properties_of()
+    for _ in range(2):
+        assert publisher.publish_now(
+            channel, Publish("t", "k.1", False, False), properties, b"1", encoded
+        )
+    assert publisher.publish_now(
+        channel, Publish("t", "k.2", False, False), properties, b"2", encoded
+    )
+    assert [len(raw[q].sent) for q in "abc"] == [2, 1, 1]
+    assert exchange_topic.sent == []
+    # One queue reached: a plan; two: each publish looks again (one copy per queue).
+    assert list(publisher._plans) == [("t", "k.1")]
 
 
 @in_trio

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import re
 
 import pulsar
 import pytest
@@ -15,6 +16,7 @@ from starlight_py.backend import message_codec
 from starlight_py.metadata.records import BindingEntry, BindingSet
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import binding_topic
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.topology import Exchange
 from starlight_py.spark import rows
@@ -32,11 +34,30 @@ def row_dict(row: rows.AmqpRow | None) -> dict[str, object]:
     return dict(zip(rows.AMQP_COLUMNS, row, strict=True))
 
 
-@pytest.mark.parametrize("kind", ["fanout", "topic", "headers"])
-def test_a_non_direct_exchange_is_one_topic(kind: str) -> None:
-    selection = exchange_selection("/", NS, Exchange("orders eu", kind))
+def test_a_fanout_exchange_is_one_topic() -> None:
+    selection = exchange_selection("/", NS, Exchange("orders eu", "fanout"))
     assert selection.connector_options() == {"topic": "persistent://public/default/orders~20eu"}
+
+
+@pytest.mark.parametrize("kind", ["topic", "headers"])
+def test_a_topic_or_headers_exchange_is_its_topic_and_its_binding_topics(kind: str) -> None:
+    selection = exchange_selection("/", NS, Exchange("orders eu", kind))
+    pattern = selection.connector_options()["topicsPattern"]
+    assert pattern == "persistent://public/default/\\Qorders~20eu\\E(~~.*)?"
+    local = re.compile(pattern.split("/", 4)[4].replace("\\Q", "").replace("\\E", ""))
+    assert local.fullmatch("orders~20eu")
+    assert local.fullmatch(binding_topic(NS, "orders eu", "q", "0123456789ab").local)
+    assert not local.fullmatch("orders~20eu2")
     assert not selection.is_queue
+
+
+def test_an_exchange_read_whole_keeps_only_the_first_copy_of_a_message() -> None:
+    first = {message_codec.EXCHANGE_KEY: "t", message_codec.ROUTING_KEY_KEY: "k"}
+    further = {**first, message_codec.FURTHER_COPY_KEY: "1"}
+    topic = str(binding_topic(NS, "t", "q", "0123456789ab"))
+    row = row_dict(rows.amqp_row(topic, first, b"m", serialized(3, 4)))
+    assert (row["exchange"], row["routing_key"]) == ("t", "k")
+    assert rows.amqp_row(topic, further, b"m", serialized(3, 5)) is None
 
 
 def test_a_direct_exchange_is_every_topic_with_its_prefix() -> None:
