@@ -63,6 +63,7 @@ from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.metadata.records import Paths
+from starlight_py.metadata.routing_barrier import RoutingBarrier, RoutingReports
 from starlight_py.metadata.users import UserCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 from starlight_py.model.namespaces import NamespaceName, NamespaceRules
@@ -271,6 +272,9 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     ephemerals = EphemeralNodes(zookeeper, proxy_id)
     topology = TopologyService(zookeeper, paths, admin, backend, ephemerals)
     cache = TopologyCache(zookeeper, paths)
+    # Binding changes of topic and headers exchanges wait until every proxy routes by them.
+    cache.on_routing_version(RoutingReports(zookeeper, paths, proxy_id).caught_up)
+    barrier = RoutingBarrier(zookeeper, paths, proxy_id)
     cleaner = (
         SubscriptionCleaner(
             topology,
@@ -291,7 +295,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         vhosts,
         zookeeper,
         topology,
-        TopologyMethods(topology, producers.flush_all, cache),
+        TopologyMethods(topology, producers.flush_all, cache, barrier),
         proxy_id,
         cache,
         backend,

@@ -19,6 +19,7 @@ from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.message_copies import has_own_topics
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import ExchangeBinding
+from starlight_py.metadata.routing_barrier import RoutingBarrier
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.permissions import Access
 from starlight_py.model.streams import is_stream, server_named_refused
@@ -72,8 +73,12 @@ class TopologyMethods:
         service: TopologyService,
         flush_publishes: Callable[[], None] = lambda: None,
         cache: TopologyCache | None = None,
+        barrier: RoutingBarrier | None = None,
     ) -> None:
         self.service = service
+        # Binding changes of topic and headers exchanges wait until the other proxies
+        # route by them too (metadata/routing_barrier.py).
+        self.barrier = barrier
         # Before an unbind or a delete: publishes made before it must be written first.
         self.flush_publishes = flush_publishes
         # Publishes follow exchange-to-exchange bindings by this cache: (un)bind-ok waits
@@ -389,6 +394,9 @@ class TopologyMethods:
 
         if not shown():
             await self._run(cache.wait_until, shown, CACHE_WAIT)
+        known = cache.exchange(vhost, exchange)
+        if self.barrier is not None and (known is None or has_own_topics(known)):
+            await self._run(self.barrier.routed_everywhere, vhost)
 
     async def _cache_shows(self, vhost: str, binding: ExchangeBinding, present: bool) -> None:
         """Wait (at most CACHE_WAIT seconds) until this proxy's cache has (or no longer has)

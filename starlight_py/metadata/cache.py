@@ -34,6 +34,7 @@ from starlight_py.metadata.records import (
     VhostRecord,
     decode,
 )
+from starlight_py.metadata.routing_barrier import ROUTING_VERSION
 from starlight_py.metadata.zookeeper import ZooKeeperClient
 from starlight_py.model.naming import unescape
 from starlight_py.model.policies import (
@@ -50,6 +51,8 @@ from starlight_py.model.topology import Exchange, Queue
 log = logging.getLogger("starlight.cache")
 
 V = TypeVar("V")
+
+VERSION_CHECK_PAUSE = 0.0005  # s between looks for reads in flight (routing versions)
 
 
 # A consumer's registered name (topology.register_consumer) carries its prefetch: PREFETCH_MARK
@@ -123,6 +126,10 @@ class TopologyCache:
         self.changes = 0
         self.last_change = 0.0
         self._listeners: list[Callable[[], None]] = []
+        # Routing versions seen but not yet reported (metadata/routing_barrier.py).
+        self._version_listeners: list[Callable[[str, int], None]] = []
+        self._pending_versions: dict[str, int] = {}
+        self._version_check_queued = False
 
     def start(self) -> None:
         self._tree.listen(self._on_event)
@@ -130,6 +137,45 @@ class TopologyCache:
 
     def close(self) -> None:
         self._tree.close()
+
+    def on_routing_version(self, callback: Callable[[str, int], None]) -> None:
+        """Call `callback(vhost, version)` (on the cache's thread) once the cache holds
+        every change made before the vhost's routing version `version`
+        (metadata/routing_barrier.py)."""
+        self._version_listeners.append(callback)
+
+    def _routing_version_seen(self, vhost: str, version: int) -> None:
+        """Kazoo's tree-cache thread: the vhost's routing version is `version`. It is
+        reported once no read of ZooKeeper is in flight: the reads that events before it
+        asked for are answered, and their changes applied, first."""
+        pending = self._pending_versions
+        pending[vhost] = max(version, pending.get(vhost, -1))
+        if not self._version_check_queued:
+            self._version_check_queued = True
+            self._in_tree_thread(self._report_versions)
+
+    def _report_versions(self) -> None:
+        # kazoo's TreeCache keeps the count of its reads in flight privately; without it
+        # (another kazoo), reporting after its queue drained once is the best there is.
+        if getattr(self._tree, "_outstanding_ops", 0) > 0:
+            time.sleep(VERSION_CHECK_PAUSE)
+            self._in_tree_thread(self._report_versions)
+            return
+        self._version_check_queued = False
+        pending, self._pending_versions = self._pending_versions, {}
+        for vhost, version in pending.items():
+            for callback in self._version_listeners:
+                try:
+                    callback(vhost, version)
+                except Exception:
+                    log.exception("routing version listener failed")
+
+    def _in_tree_thread(self, call: Callable[[], None]) -> None:
+        queue_task = getattr(self._tree, "_in_background", None)
+        if queue_task is None:
+            call()
+        else:
+            queue_task(call)
 
     def on_change(self, callback: Callable[[], None]) -> None:
         """Call `callback` (on kazoo's thread) after every applied change."""
@@ -335,6 +381,10 @@ class TopologyCache:
             return
         parts = path[len(self._prefix) :].split("/")
         removed = event.event_type == TreeEvent.NODE_REMOVED
+        if len(parts) == 2 and parts[1] == ROUTING_VERSION:
+            if not removed and data.stat is not None:
+                self._routing_version_seen(name_of(parts[0]), data.stat.version)
+            return
         if len(parts) == 5 and parts[1] == "queues" and parts[3] == "consumers":
             self._count_consumer(name_of(parts[0]), name_of(parts[2]), parts[4], removed)
             return

@@ -252,6 +252,20 @@ class ZooKeeperClient:
         """Raises VersionConflict, NodeMissing, MetadataUnavailable."""
         self._wait(self.kazoo.set_async, path, data, version)
 
+    def bump(self, path: str) -> int:
+        """Write `path` (empty data, whatever its version), creating it when missing;
+        returns its new version, which counts the writes. Raises NodeMissing (parent),
+        MetadataUnavailable."""
+        try:
+            stat = self._wait(self.kazoo.set_async, path, b"", -1)
+        except NodeMissing:
+            try:
+                self.create(path)
+                return 0
+            except NodeAlreadyExists:
+                stat = self._wait(self.kazoo.set_async, path, b"", -1)
+        return int(stat.version)
+
     def delete(self, path: str, version: int = -1) -> None:
         """Raises NodeMissing, VersionConflict, NodeNotEmpty, MetadataUnavailable."""
         self._wait(self.kazoo.delete_async, path, version)
