@@ -203,9 +203,10 @@ class SubscriptionCleaner:
         try:
             self.admin.delete_subscription(topic, record.subscription, force=force)
             if record.owns_topic:
-                # A binding's own topic has no other reader; a proxy's producer still on
-                # it (closed when idle) refuses the delete until the grace is over.
-                self.admin.delete_topic(topic, force=force)
+                # A binding's own topic has no other reader. Never by force: a producer
+                # still on it would make it again; proxies close their producers of
+                # retired binding topics within seconds (ProducerPool.retired).
+                self.admin.delete_topic(topic, force=False)
         except PulsarAdminError as e:
             if e.status != 412:
                 raise

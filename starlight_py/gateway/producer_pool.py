@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -17,9 +18,19 @@ class ProducerPool:
     `idle_timeout` seconds is closed by `close_idle_forever` (short-lived queues, such as RPC reply
     queues, would otherwise keep one producer each for good)."""
 
-    def __init__(self, backend: PulsarBackend, idle_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        backend: PulsarBackend,
+        idle_timeout: float = 60.0,
+        retired: Callable[[naming.TopicName], bool] = lambda topic: False,
+    ) -> None:
+        """`retired(topic)`: whether nothing will be published to `topic` any more (the
+        binding topic of an unbound binding): its producer is closed at the next look,
+        idle or not, so that the topic can be deleted without the producer making it
+        again."""
         self.backend = backend
         self.idle_timeout = idle_timeout
+        self.retired = retired
         self._producers: dict[str, ProducerHandle] = {}
         self._locks: dict[str, trio.Lock] = {}
 
@@ -69,7 +80,10 @@ class ProducerPool:
         cutoff = trio.current_time() - self.idle_timeout
         taken = []
         for key, producer in list(self._producers.items()):
-            if producer.last_used < cutoff and producer.idle:
+            unused = producer.last_used < cutoff or (
+                producer.topic is not None and self.retired(producer.topic)
+            )
+            if unused and producer.idle:
                 del self._producers[key]
                 producer.retired = True  # routes planned through it are planned again
                 taken.append(producer)

@@ -286,7 +286,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         if config.cleaner_enabled
         else None
     )
-    producers = ProducerPool(backend, config.producer_idle_timeout)
+    producers = ProducerPool(backend, config.producer_idle_timeout, cache.retired_binding_topic)
     permissions = PermissionCache(zookeeper, paths) if config.authentication_enabled else None
     services = ProxyServices(
         config,

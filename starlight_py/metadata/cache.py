@@ -36,6 +36,7 @@ from starlight_py.metadata.records import (
 )
 from starlight_py.metadata.routing_barrier import ROUTING_VERSION
 from starlight_py.metadata.zookeeper import ZooKeeperClient
+from starlight_py.model import naming
 from starlight_py.model.naming import unescape
 from starlight_py.model.policies import (
     Policy,
@@ -99,6 +100,8 @@ class TopologyCache:
         self._set_keys: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
         # (vhost, exchange) -> which of its binding sets (by (queue, topic)) route a message
         self._routes: dict[tuple[str, str], ExchangeRoutes[tuple[str, str]]] = {}
+        # The binding topics of the active binding sets (local names).
+        self._active_binding_topics: set[str] = set()
         # (vhost, exchange) -> its binding sets whose subscription is on the exchange's topic
         self._exchange_topic_readers: dict[tuple[str, str], set[tuple[str, str]]] = {}
         # (vhost, queue) -> {topic: BindingSet}
@@ -273,6 +276,14 @@ class TopologyCache:
     def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
         with self._lock:
             return self._sets_by_queue.get((vhost, queue), {}).get(topic)
+
+    def retired_binding_topic(self, topic: naming.TopicName) -> bool:
+        """Whether `topic` is a binding topic (model/naming.py) that no active binding set
+        of this cache uses any more: nothing routes messages there."""
+        local = topic.local
+        return naming.parse_binding_topic(local) is not None and (
+            local not in self._active_binding_topics
+        )
 
     def reads_exchange_topic(self, vhost: str, exchange: str) -> bool:
         """Whether a binding set of `exchange` reads the exchange's own topic (fanout
@@ -530,6 +541,7 @@ class TopologyCache:
                     routes.put(set_key, _active_bindings(record))
                     readers = self._exchange_topic_readers
                     if record.binding_topic:
+                        self._active_binding_topics.add(record.binding_topic)
                         _forget(readers, exchange_key, set_key)
                     else:
                         readers.setdefault(exchange_key, set()).add(set_key)
@@ -548,6 +560,7 @@ class TopologyCache:
                     queue_sets = self._sets_by_queue.get((vhost, set_key[0]), {})
                     gone = queue_sets.pop(set_key[1], None)
                     if gone is not None:
+                        self._active_binding_topics.discard(gone.binding_topic)
                         read = (vhost, gone.subscription_topic)
                         single = self._single_consumer(vhost, set_key[0])
                         self._count_reader(read, -1, -single)
