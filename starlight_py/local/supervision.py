@@ -34,6 +34,7 @@ from starlight_py.local.process import Startup, log_excerpt
 from starlight_py.units import MILLISECONDS, SECONDS
 
 OUT_OF_MEMORY = "OutOfMemoryError"
+_WARNING_LINES = 10
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,9 @@ async def _bring_back(
     tail = server.log_tail()
     how = cause_of_death(server.exit_code(), tail)
     detail = log_excerpt(server.log_path, tail)
-    log.warning("%s %s. %s", name, how, detail)
+    # Enough to see what happened while it is being restarted; the whole excerpt goes into
+    # the message if it is lost.
+    log.warning("%s %s. %s", name, how, log_excerpt(server.log_path, tail[-_WARNING_LINES:]))
     died_at = time.monotonic()
     while budget.allows_restart(died_at, ready_at):
         log.warning("starting %s again (restart %d of %d)", name, budget.failures, policy.attempts)
