@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from starlight_py.local.process import (
+    _ORPHANED_AT_BIRTH,
+    _arm_parent_death_signal,
+    _load_prctl,
+)
 from tests.support.processes import alive, living_processes_mentioning, still_alive
 
 pytestmark = pytest.mark.integration
@@ -75,3 +80,21 @@ def test_a_server_outlives_the_thread_that_started_it_but_not_a_sigkill_of_its_p
             launcher.kill()
             launcher.wait()
     assert living_processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_child_whose_parent_died_before_it_armed_the_signal_does_not_run() -> None:
+    # The same check, shown a parent that is not ours: as if ours had died between fork
+    # and prctl, and we had been handed to another reaper.
+    prctl = _load_prctl()
+    assert prctl is not None, "Linux only"
+    not_our_parent = os.getpid() + 1  # the child's parent is os.getpid()
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "print('ran')"],
+        stdout=subprocess.PIPE,
+        preexec_fn=_arm_parent_death_signal(prctl, not_our_parent),  # noqa: PLW1509
+    )
+
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == _ORPHANED_AT_BIRTH
+    assert out == b""
