@@ -111,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="start ZooKeeper, Pulsar standalone and one proxy on this machine",
         description=(
             "Start a local ZooKeeper (starlight metadata), a Pulsar standalone broker and one "
-            "proxy, print the amqp:// URL, and stop all three on Ctrl-C or SIGTERM. The "
-            "first run downloads Apache Pulsar (about 245 MB) from Maven Central."
+            "proxy, print the amqp:// URL, and stop all three on Ctrl-C or SIGTERM. A "
+            "ZooKeeper or Pulsar that dies is started again; one that cannot be ends the "
+            "standalone with exit status 1. The first run downloads Apache Pulsar (about "
+            "245 MB) from Maven Central."
         ),
     )
     standalone.add_argument("--amqp-port", type=int, default=5672, help="default: 5672")
