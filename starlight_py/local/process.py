@@ -75,8 +75,9 @@ def _load_prctl() -> Callable[..., int] | None:
 
 
 def _arm_parent_death_signal(prctl: Callable[..., int], parent: int) -> Callable[[], None]:
-    """What the child runs between fork and exec. Only async-signal-safe work: a foreign
-    call resolved before the fork, ``getppid`` and ``_exit``."""
+    """What the child runs between fork and exec. Kept to calls that take no lock another
+    thread of the parent could have held at the fork: a foreign function resolved before
+    it, ``getppid`` and ``_exit``."""
     sigkill = int(signal.SIGKILL)
 
     def in_the_child() -> None:

@@ -56,8 +56,10 @@ def zoo_cfg(data_dir: Path, port: int) -> str:
 # Everything ZooKeeper holds lives in its heap: the topology of every vhost (queues,
 # exchanges, bindings, users, policies), a watch per cached folder, each proxy's ephemeral
 # znodes, and at snapshot time a serialized copy of the whole tree. 256 MiB (what it had)
-# ran out under heavy topology work; 1 GiB leaves room for 10,000 queues and their churn.
-# The maximum is only reserved address space: the heap grows when it has to.
+# ran out of heap in a long session of heavy topology work. The znodes of 10,000 queues
+# (50,000 of the proxy's sizes, written directly) kept 47 MiB live after a full GC, so
+# 1 GiB leaves room for churn, sessions and snapshots on top (docs/operations.md). The
+# maximum is only reserved address space: the heap grows when it has to.
 ZOOKEEPER_HEAP = "1g"
 
 ZOOKEEPER_JVM_OPTIONS = (
