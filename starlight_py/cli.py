@@ -8,7 +8,7 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
@@ -34,6 +34,7 @@ from starlight_py.local.backlog_plugin import (
 )
 from starlight_py.local.distribution import ensure_pulsar_distribution
 from starlight_py.local.ports import ensure_port_free
+from starlight_py.local.supervision import ServerLost, supervise
 from starlight_py.metadata.permissions import PermissionStore
 from starlight_py.metadata.records import Paths
 from starlight_py.metadata.users import UserStore, create_default_user
@@ -110,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="start ZooKeeper, Pulsar standalone and one proxy on this machine",
         description=(
             "Start a local ZooKeeper (starlight metadata), a Pulsar standalone broker and one "
-            "proxy, print the amqp:// URL, and stop all three on Ctrl-C or SIGTERM. The "
-            "first run downloads Apache Pulsar (about 245 MB) from Maven Central."
+            "proxy, print the amqp:// URL, and stop all three on Ctrl-C or SIGTERM. A "
+            "ZooKeeper or Pulsar that dies is started again; one that cannot be ends the "
+            "standalone with exit status 1. The first run downloads Apache Pulsar (about "
+            "245 MB) from Maven Central."
         ),
     )
     standalone.add_argument("--amqp-port", type=int, default=5672, help="default: 5672")
@@ -280,7 +283,14 @@ async def _relay_signals(
             everything.cancel()
 
 
-def _run_proxy(config: StarlightConfig, banner: str | None = None) -> int:
+def _run_proxy(
+    config: StarlightConfig,
+    banner: str | None = None,
+    alongside: Callable[[ShutdownRequest], Awaitable[None]] | None = None,
+) -> int:
+    """Serve until a signal (see `_relay_signals`); ``alongside`` runs next to the proxy
+    once it serves, and may end it through the ShutdownRequest it is given."""
+
     async def serve_then_stop(
         shutdown: ShutdownRequest,
         everything: trio.CancelScope,
@@ -300,6 +310,8 @@ def _run_proxy(config: StarlightConfig, banner: str | None = None) -> int:
                 urls = await nursery.start(serve_then_stop, shutdown, nursery.cancel_scope)
                 if banner:
                     print(banner.format(url=urls[0]), flush=True)
+                if alongside is not None:
+                    nursery.start_soon(alongside, shutdown)
 
     try:
         trio.run(main_task)
@@ -404,7 +416,25 @@ def _standalone(
             "starlight-py is ready: connect AMQP clients to {url}/ "
             f"(e.g. amqp://guest:guest@127.0.0.1:{args.amqp_port}/). Ctrl-C stops everything."
         )
-        return _run_proxy(config, banner)
+        lost: list[ServerLost] = []
+        servers = (("ZooKeeper", zookeeper), ("Pulsar", pulsar))
+
+        async def keep_servers_up(shutdown: ShutdownRequest) -> None:
+            try:
+                await supervise(servers, log)
+            except ServerLost as e:
+                lost.append(e)
+                log.error("%s cannot be started again: stopping the standalone", e.server)
+                # Twice: no drain, since clients cannot be served anyway; publishes already
+                # received still get their confirm or nack before the connections close.
+                shutdown.request()
+                shutdown.request()
+
+        code = _run_proxy(config, banner, keep_servers_up)
+        if lost:
+            print(f"starlight-proxy standalone: {lost[0]}", file=sys.stderr, flush=True)
+            return 1
+        return code
     except (LocalInfraError, MetadataUnavailable) as e:
         print(f"starlight-proxy standalone: {e}", file=sys.stderr)
         return 1

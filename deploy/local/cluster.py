@@ -2,8 +2,10 @@
 
     python deploy/local/cluster.py up --proxies 3 [--brokers 2 --bookies 3] [--port N] [--dir D]
 
-Prints every address, runs until Ctrl-C or SIGTERM, then stops everything. The logic lives
-in starlight_py/local/cluster.py; this is only its command line.
+Prints every address, runs until Ctrl-C or SIGTERM, then stops everything; killed any
+other way (even SIGKILL), it takes every part along, as each is started with a parent-death
+signal (starlight_py/local/process.py). The logic lives in starlight_py/local/cluster.py;
+this is only its command line.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ whole cluster of proxy processes behind HAProxy (:class:`LocalCluster`).
 Used by ``starlight-proxy standalone``, ``deploy/local/cluster.py`` and by the
 integration-test fixtures. Pulsar's
 binary distribution is fetched once through Maven and cached (see :mod:`.distribution`);
-every JVM started here is stopped when the Python process exits normally (see
-:mod:`.process` for what cannot be covered).
+every process started here is stopped when the Python process exits normally, and killed by
+the kernel when it dies any other way (see :mod:`.process`). The standalone's ZooKeeper and
+Pulsar are started again when they die (see :mod:`.supervision`).
 """
 
 from starlight_py.local.cluster import LocalCluster

@@ -6,19 +6,28 @@ group, waits, then sends SIGKILL. A module-level registry holds every process th
 running, and an ``atexit`` hook stops them when the interpreter exits normally (return from
 main, ``sys.exit``, an uncaught exception, Ctrl+C turned into KeyboardInterrupt).
 
-What the hook cannot cover: SIGKILL of the Python process, or any signal whose default
-action ends it without running ``atexit`` (e.g. an unhandled SIGTERM). That is why each
-server gets its own process group: whoever supervises us can stop a leftover server with
-``kill -- -<pid>``. PR_SET_PDEATHSIG is deliberately not used: it fires when the *thread*
-that spawned the child exits, and callers start servers from worker threads
-(``trio.to_thread``) that come and go.
+The hook cannot run when the Python process is killed (SIGKILL, the OOM killer, a signal
+whose default action ends it). For that, every child asks Linux for a parent-death signal
+(``prctl(PR_SET_PDEATHSIG, SIGKILL)``) between fork and exec: it is killed the moment its
+parent goes, however the parent went. SIGKILL rather than SIGTERM because nobody is left to
+escalate if a JVM's shutdown hangs, and a kill loses nothing a crash would not (what the
+servers acknowledged is in their logs).
+
+The signal is tied to the *thread* that forked the child, not to the process: a child
+forked from a ``trio.to_thread`` worker would be killed when that worker retires, long
+before our process ends. So every child is forked by one spawner thread that never
+returns: it exists until the process itself is gone, whichever thread asked for the child.
+A server's own children are not covered by its parent-death signal; the JVMs started here
+start none, and ``stop()`` signals the whole process group anyway.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
+import queue
 import signal
 import subprocess
 import threading
@@ -26,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import IO
 
 from starlight_py.local.errors import LocalInfraError
 
@@ -34,9 +44,150 @@ _POLL_INTERVAL = 0.2
 _KILL_WAIT = 10.0
 _FAILED_START_GRACE = 5.0
 _AT_EXIT_GRACE = 15.0
+# fork and exec take milliseconds; this only bounds a wait that should never be long.
+_SPAWN_WAIT = 30.0
+
+_PR_SET_PDEATHSIG = 1
+# The child's exit status when its parent died before the parent-death signal was armed.
+_ORPHANED_AT_BIRTH = 125
 
 _running: set[ServerProcess] = set()
 _running_lock = threading.Lock()
+
+
+class _SpawnRequest:
+    """One child to fork, and what came of it (a Popen or the OSError)."""
+
+    def __init__(self, argv: list[str], options: dict[str, object]) -> None:
+        self.argv = argv
+        self.options = options
+        self.done = threading.Event()
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.error: OSError | None = None
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None  # not Linux: children then outlive a killed parent
+    return prctl
+
+
+def _arm_parent_death_signal(prctl: Callable[..., int], parent: int) -> Callable[[], None]:
+    """What the child runs between fork and exec. Kept to calls that take no lock another
+    thread of the parent could have held at the fork: a foreign function resolved before
+    it, ``getppid`` and ``_exit``."""
+    sigkill = int(signal.SIGKILL)
+
+    def in_the_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigkill)
+        # The parent may have died between fork and prctl: the signal is then never sent,
+        # and we have been handed to another reaper already.
+        if os.getppid() != parent:
+            os._exit(_ORPHANED_AT_BIRTH)
+
+    return in_the_child
+
+
+class _Spawner:
+    """The thread that forks every child (see the module docstring for why one)."""
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[_SpawnRequest] = queue.SimpleQueue()
+        self._prctl = _load_prctl()
+        self._thread = threading.Thread(target=self._serve, name="server-spawner", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        # Never returns: its end would send the parent-death signal to every child.
+        while True:
+            request = self._requests.get()
+            try:
+                preexec = (
+                    None
+                    if self._prctl is None
+                    else _arm_parent_death_signal(self._prctl, os.getpid())
+                )
+                # preexec_fn runs Python in the forked child of a threaded process; what it
+                # runs (above) takes no lock another thread could hold.
+                request.popen = subprocess.Popen(
+                    request.argv,
+                    preexec_fn=preexec,  # noqa: PLW1509
+                    **request.options,  # type: ignore[call-overload]
+                )
+            except OSError as e:
+                request.error = e
+            except BaseException as e:  # a bug: report it to the caller, keep serving
+                request.error = OSError(f"cannot start {request.argv[0]}: {e!r}")
+            finally:
+                request.done.set()
+
+    def spawn(self, argv: list[str], options: dict[str, object]) -> subprocess.Popen[bytes]:
+        request = _SpawnRequest(argv, options)
+        self._requests.put(request)
+        try:
+            request.done.wait()
+        except BaseException:
+            # Interrupted (Ctrl-C) while the child was being made: it must not run on
+            # unseen until our exit.
+            if request.done.wait(_SPAWN_WAIT) and request.popen is not None:
+                _signal_group(request.popen.pid, signal.SIGKILL)
+                request.popen.kill()
+                request.popen.wait()
+            raise
+        if request.error is not None:
+            raise request.error
+        assert request.popen is not None
+        return request.popen
+
+
+_spawner: _Spawner | None = None
+_spawner_lock = threading.Lock()
+
+
+def _forget_spawner() -> None:
+    # A forked copy of this process has no spawner thread (fork copies only the caller).
+    global _spawner, _spawner_lock  # noqa: PLW0603
+    _spawner = None
+    _spawner_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_spawner)
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout: IO[bytes] | int | None = None,
+    stderr: IO[bytes] | int | None = None,
+    own_session: bool = True,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as a child that dies with this process, even by SIGKILL (Linux).
+
+    Like ``subprocess.Popen`` with stdin from /dev/null; ``own_session`` puts it in a
+    session and process group of its own, so a Ctrl-C in the terminal reaches only us and
+    we stop it in order. Safe to call from any thread.
+
+    Raises:
+        OSError: the executable cannot be started.
+    """
+    global _spawner  # noqa: PLW0603
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = _Spawner()
+        spawner = _spawner
+    options: dict[str, object] = {
+        "cwd": cwd,
+        "env": None if env is None else dict(env),
+        "stdin": subprocess.DEVNULL,
+        "stdout": stdout,
+        "stderr": stderr,
+        "start_new_session": own_session,
+    }
+    return spawner.spawn(list(argv), options)
 
 
 class ServerProcess:
@@ -79,14 +230,8 @@ class ServerProcess:
             log_file.flush()
             self._log_offset = log_file.tell()
             try:
-                self._popen = subprocess.Popen(
-                    list(argv),
-                    cwd=cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env=None if env is None else dict(env),
-                    start_new_session=True,
+                self._popen = spawn(
+                    argv, cwd=cwd, env=env, stdout=log_file, stderr=subprocess.STDOUT
                 )
             except OSError as e:
                 raise LocalInfraError(f"could not start {self.name} ({argv[0]}): {e}") from e
@@ -104,29 +249,13 @@ class ServerProcess:
             LocalInfraError: the process exited, or ``timeout`` seconds passed; the message
                 carries the last lines of the log.
         """
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                popen = self._popen
-                code = popen.poll() if popen is not None else None
-                if popen is None or code is not None:
-                    raise LocalInfraError(
-                        f"{self.name} exited with code {code} before it was ready. "
-                        f"{self._log_excerpt()}"
-                    )
-                if is_ready():
-                    return
-                if time.monotonic() > deadline:
-                    raise LocalInfraError(
-                        f"{self.name} was not ready after {timeout:g} s (waiting for "
-                        f"{waiting_for}), so it was stopped. {self._log_excerpt()}"
-                    )
-                time.sleep(_POLL_INTERVAL)
-        except BaseException:
-            # Also on KeyboardInterrupt: a half-started JVM must not stay behind, and there is
-            # nothing in it worth a long graceful shutdown.
-            self.stop(_FAILED_START_GRACE)
-            raise
+        Startup(self, is_ready, timeout, waiting_for).wait()
+
+    def exit_code(self) -> int | None:
+        """How the last run ended (``Popen.returncode``: negative for a signal); None while
+        it runs or when it never started. Raises nothing."""
+        popen = self._popen
+        return None if popen is None else popen.poll()
 
     def send_signal(self, signum: signal.Signals) -> None:
         """Send ``signum`` to the process group; does nothing when it is not running.
@@ -203,11 +332,74 @@ class ServerProcess:
             return []
         return text.splitlines()[-lines:]
 
-    def _log_excerpt(self) -> str:
-        tail = self.log_tail()
-        if not tail:
-            return f"It wrote nothing to {self.log_path}."
-        return f"Last lines of {self.log_path}:\n" + "\n".join(tail)
+    def log_excerpt(self) -> str:
+        """The end of its log for messages, see :func:`log_excerpt`. Raises nothing."""
+        return log_excerpt(self.log_path, self.log_tail())
+
+
+def log_excerpt(path: Path, tail: Sequence[str]) -> str:
+    """A message's account of a log: its last lines, or that it is empty. Raises nothing."""
+    if not tail:
+        return f"It wrote nothing to {path}."
+    return f"Last lines of {path}:\n" + "\n".join(tail)
+
+
+class Startup:
+    """One launch of a server on its way to ready, checked one step at a time, so a caller
+    can wait in whatever way suits it (a sleeping loop, or trio between its checks)."""
+
+    def __init__(
+        self,
+        process: ServerProcess,
+        is_ready: Callable[[], bool],
+        timeout: float,
+        waiting_for: str,
+    ) -> None:
+        """The clock starts now. Raises nothing."""
+        self.process = process
+        self.started = time.monotonic()
+        self._is_ready = is_ready
+        self._timeout = timeout
+        self._waiting_for = waiting_for
+
+    def ready(self) -> bool:
+        """Whether the server is ready now; may block for a probe's own timeout.
+
+        Raises:
+            LocalInfraError: the process exited, or the timeout passed (the process is then
+                stopped); the message carries the last lines of the log.
+        """
+        process = self.process
+        code = process.exit_code()
+        if code is not None or not process.is_running():
+            raise LocalInfraError(
+                f"{process.name} exited with code {code} before it was ready. "
+                f"{process.log_excerpt()}"
+            )
+        if self._is_ready():
+            return True
+        if time.monotonic() - self.started > self._timeout:
+            process.stop(_FAILED_START_GRACE)
+            raise LocalInfraError(
+                f"{process.name} was not ready after {self._timeout:g} s (waiting for "
+                f"{self._waiting_for}), so it was stopped. {process.log_excerpt()}"
+            )
+        return False
+
+    def wait(self) -> None:
+        """Return once :meth:`ready`; stop the process on any failure.
+
+        Raises:
+            LocalInfraError: as :meth:`ready`.
+        """
+        try:
+            while not self.ready():
+                time.sleep(_POLL_INTERVAL)
+        except BaseException:
+            # Also on KeyboardInterrupt: a half-started JVM must not stay behind, and there is
+            # nothing in it worth a long graceful shutdown.
+            self.process.stop(_FAILED_START_GRACE)
+            raise
 
 
 class LogScanner:
@@ -244,28 +436,40 @@ def _signal_group(pgid: int, signum: signal.Signals) -> None:
         os.killpg(pgid, signum)
 
 
-def stop_all_servers(grace: float = _AT_EXIT_GRACE) -> None:
-    """Stop every server this process started and has not stopped yet.
+def stop_together(servers: Sequence[ServerProcess], grace: float) -> None:
+    """Stop ``servers`` at once: all get SIGTERM, share ``grace`` seconds, then SIGKILL.
 
-    All get SIGTERM at once and share ``grace`` seconds before SIGKILL, so exiting with
-    several servers up does not take the sum of their shutdown times. Raises nothing.
+    So stopping several takes the longest of their shutdowns, not the sum. Raises:
+        LocalInfraError: one survived SIGKILL (the others are stopped first).
     """
-    with _running_lock:
-        leftovers = list(_running)
-    for server in leftovers:
+    for server in servers:
         popen = server._popen
         if popen is not None and popen.poll() is None:
             _signal_group(popen.pid, signal.SIGTERM)
             _signal_group(popen.pid, signal.SIGCONT)
     deadline = time.monotonic() + grace
-    for server in leftovers:
+    errors: list[LocalInfraError] = []
+    for server in servers:
         # No second SIGTERM (stop() would send one): a Python server handles the first and
         # may die of the next before it has shut down cleanly.
         try:
             server.wait_exited(max(0.0, deadline - time.monotonic()))
         except LocalInfraError:
-            with contextlib.suppress(LocalInfraError):
+            try:
                 server.stop(0)
+            except LocalInfraError as e:
+                errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+def stop_all_servers(grace: float = _AT_EXIT_GRACE) -> None:
+    """Stop every server this process started and has not stopped yet, together (see
+    :func:`stop_together`). Raises nothing."""
+    with _running_lock:
+        leftovers = list(_running)
+    with contextlib.suppress(LocalInfraError):
+        stop_together(leftovers, grace)
 
 
 atexit.register(stop_all_servers)

@@ -27,7 +27,7 @@ from starlight_py.local.distribution import (
 )
 from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.ports import LOOPBACK, ensure_port_free, free_port
-from starlight_py.local.process import LogScanner, ServerProcess
+from starlight_py.local.process import LogScanner, ServerProcess, Startup
 
 READY_LOG_LINE = "messaging service is ready"
 
@@ -55,7 +55,23 @@ PULSAR_JVM_OPENS = (
     "-Dzookeeper.4lw.commands.whitelist=*",
     "-Dzookeeper.snapshot.trust.empty=true",
 )
-_PULSAR_JVM_OPTIONS = ("-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", *PULSAR_JVM_OPENS)
+# A JVM out of memory limps on with threads dead and clients timing out; exiting lets
+# whoever started it see the death and start it again (supervision.py).
+EXIT_ON_OUT_OF_MEMORY = "-XX:+ExitOnOutOfMemoryError"
+
+# The standalone's broker keeps a managed ledger, cursors and stats per topic (each AMQP
+# queue has its own), and its bookie and metadata store share the same heap.
+# 10,000 idle queues ran in 1 GiB (docs/operations.md#queue-metrics); 2 GiB, what Pulsar's
+# own bin/pulsar gives a standalone, adds room for topology churn on top. It starts at
+# 256 MiB and grows only when needed; direct memory (entry cache, network buffers) stays 1 GiB.
+PULSAR_STANDALONE_HEAP = "2g"
+_PULSAR_JVM_OPTIONS = (
+    "-Xms256m",
+    f"-Xmx{PULSAR_STANDALONE_HEAP}",
+    "-XX:MaxDirectMemorySize=1g",
+    EXIT_ON_OUT_OF_MEMORY,
+    *PULSAR_JVM_OPENS,
+)
 
 _PROPERTY_KEY = re.compile(r"^\s*([^\s=:#!]+)\s*[=:]")
 
@@ -213,6 +229,20 @@ class PulsarStandalone:
         """
         if self.is_running():
             return
+        startup = self.launch(timeout)
+        startup.wait()
+        self._log(f"Pulsar standalone ready after {time.monotonic() - startup.started:.1f} s")
+
+    def launch(self, timeout: float = 180) -> Startup:
+        """Start the JVM without waiting; the result tells when it serves clients (see
+        :meth:`start`), at once when it was already running.
+
+        Raises:
+            LocalInfraError: java or the distribution is unavailable, a port is taken, or
+                the configuration cannot be written.
+        """
+        if self.is_running():
+            return Startup(self._process, lambda: True, timeout, "nothing")
         distribution = self._distribution
         if distribution is None:
             distribution = self._distribution = ensure_pulsar_distribution(log=self._log)
@@ -266,17 +296,25 @@ class PulsarStandalone:
             str(self.data_dir / "metadata"),
         ]
         self._log(f"starting Pulsar standalone on {self.service_url} (log: {self.log_path})")
-        started = time.monotonic()
         self._process.launch(argv, cwd=self.data_dir)
         ready_line = LogScanner(self.log_path, self._process.log_offset, READY_LOG_LINE)
-        self._process.wait_until_ready(
+        return Startup(
+            self._process,
             lambda: (
                 ready_line.found() and default_namespace_listed(self.web_url, self._admin_token)
             ),
             timeout,
             f'"{READY_LOG_LINE}" in the log and public/default in the admin API',
         )
-        self._log(f"Pulsar standalone ready after {time.monotonic() - started:.1f} s")
+
+    def exit_code(self) -> int | None:
+        """How the last run ended (negative: killed by that signal); None while it runs or
+        after :meth:`stop`. Raises nothing."""
+        return self._process.exit_code()
+
+    def log_tail(self) -> list[str]:
+        """The last lines the current (or last) run wrote to its log. Raises nothing."""
+        return self._process.log_tail()
 
     def stop(self, timeout: float = 30) -> None:
         """Stop the JVM (SIGTERM, then SIGKILL after ``timeout`` s); idempotent.

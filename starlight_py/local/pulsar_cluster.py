@@ -38,8 +38,9 @@ from starlight_py.local.distribution import (
 )
 from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.ports import LOOPBACK, ensure_port_free, free_port
-from starlight_py.local.process import LogScanner, ServerProcess
+from starlight_py.local.process import LogScanner, ServerProcess, spawn, stop_together
 from starlight_py.local.pulsar import (
+    EXIT_ON_OUT_OF_MEMORY,
     LOW_LATENCY_BOOKIE_SETTINGS,
     LOW_LATENCY_BROKER_SETTINGS,
     PULSAR_JVM_OPENS,
@@ -50,8 +51,8 @@ from starlight_py.local.pulsar import (
 
 CLUSTER_NAME = "starlight-local"
 
-_BOOKIE_JVM = ("-Xms64m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m")
-_BROKER_JVM = ("-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m")
+_BOOKIE_JVM = ("-Xms64m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m", EXIT_ON_OUT_OF_MEMORY)
+_BROKER_JVM = ("-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", EXIT_ON_OUT_OF_MEMORY)
 _BOOKIE_READY_LINE = "Started component bookie-server"
 
 # What the proxy relies on from every broker (docs/operations.md#what-pulsar-needs), the
@@ -143,6 +144,10 @@ class _JvmPart:
     """What a bookie and a broker share: one JVM in its own process group, with a log."""
 
     _process: ServerProcess
+
+    @property
+    def process(self) -> ServerProcess:
+        return self._process
 
     @property
     def pid(self) -> int | None:
@@ -401,13 +406,13 @@ class PulsarCluster:
         bookie.wait_until_ready()
 
     def stop(self, timeout: float = 30) -> None:
-        """Stop brokers, then bookies; idempotent. Raises LocalInfraError (the first part
-        that survived SIGKILL), after trying every part."""
+        """Stop the brokers together, then the bookies together (a broker closes its ledgers
+        on the bookies as it goes); idempotent. Raises LocalInfraError (the first part that
+        survived SIGKILL), after trying every part."""
         errors: list[LocalInfraError] = []
-        parts: list[Bookie | Broker] = [*self.brokers, *self.bookies]
-        for part in parts:
+        for tier in (self.brokers, self.bookies):
             try:
-                part.stop(timeout)
+                stop_together([part.process for part in tier], timeout)
             except LocalInfraError as e:
                 errors.append(e)
         if errors:
@@ -442,16 +447,21 @@ class PulsarCluster:
         self._log(f"initializing the cluster's metadata in ZooKeeper {self._zookeeper}")
         with log_path.open("wb") as out:
             try:
-                done = subprocess.run(
-                    argv, stdout=out, stderr=subprocess.STDOUT, timeout=180, check=False
-                )
-            except (OSError, subprocess.TimeoutExpired) as e:
+                # A child of ours like the servers: it dies with us (process.py).
+                setup = spawn(argv, stdout=out, stderr=subprocess.STDOUT)
+            except OSError as e:
                 raise LocalInfraError(f"initialize-cluster-metadata failed: {e}") from e
-        if done.returncode != 0:
+            try:
+                returncode = setup.wait(180)
+            except BaseException as e:
+                setup.kill()
+                setup.wait()
+                if isinstance(e, subprocess.TimeoutExpired):
+                    raise LocalInfraError(f"initialize-cluster-metadata failed: {e}") from e
+                raise
+        if returncode != 0:
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
-            raise LocalInfraError(
-                f"initialize-cluster-metadata exited with {done.returncode}:\n{tail}"
-            )
+            raise LocalInfraError(f"initialize-cluster-metadata exited with {returncode}:\n{tail}")
         marker.write_text(CLUSTER_NAME + "\n")
 
 

@@ -21,7 +21,7 @@ from starlight_py.local.distribution import (
 )
 from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.ports import LOOPBACK, ensure_port_free, free_port
-from starlight_py.local.process import ServerProcess
+from starlight_py.local.process import ServerProcess, Startup
 
 
 def zoo_cfg(data_dir: Path, port: int) -> str:
@@ -51,6 +51,28 @@ def zoo_cfg(data_dir: Path, port: int) -> str:
         "autopurge.purgeInterval": "1",
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+# Everything ZooKeeper holds lives in its heap: the topology of every vhost (queues,
+# exchanges, bindings, users, policies), a watch per cached folder, each proxy's ephemeral
+# znodes, and at snapshot time a serialized copy of the whole tree. 256 MiB (what it had)
+# ran out of heap in a long session of heavy topology work. The znodes of 10,000 queues
+# (50,000 of the proxy's sizes, written directly) kept 47 MiB live after a full GC, so
+# 1 GiB leaves room for churn, sessions and snapshots on top (docs/operations.md). The
+# maximum is only reserved address space: the heap grows when it has to.
+ZOOKEEPER_HEAP = "1g"
+
+ZOOKEEPER_JVM_OPTIONS = (
+    f"-Xmx{ZOOKEEPER_HEAP}",
+    # A JVM out of heap limps on with threads dead and clients timing out; exiting lets
+    # whoever started it see the death and start it again.
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dzookeeper.4lw.commands.whitelist=*",
+    "-Dzookeeper.admin.enableServer=false",
+    # Lets a server killed before its first snapshot start again on its own logs.
+    "-Dzookeeper.snapshot.trust.empty=true",
+)
 
 
 class ZooKeeperServer:
@@ -107,6 +129,20 @@ class ZooKeeperServer:
         """
         if self.is_running():
             return
+        startup = self.launch(timeout)
+        startup.wait()
+        self._log(f"ZooKeeper ready after {time.monotonic() - startup.started:.1f} s")
+
+    def launch(self, timeout: float = 60) -> Startup:
+        """Start the JVM without waiting; the result tells when it answers ``ruok`` (at
+        once when it was already running).
+
+        Raises:
+            LocalInfraError: java or the distribution is unavailable, the port is taken or
+                the configuration cannot be written.
+        """
+        if self.is_running():
+            return Startup(self._process, lambda: True, timeout, "nothing")
         distribution = self._distribution
         if distribution is None:
             distribution = self._distribution = ensure_pulsar_distribution(log=self._log)
@@ -120,12 +156,7 @@ class ZooKeeperServer:
             raise LocalInfraError(f"cannot write {config_path}: {e.strerror}") from e
         argv = [
             java,
-            "-Xmx256m",
-            "-Djava.net.preferIPv4Stack=true",
-            "-Dzookeeper.4lw.commands.whitelist=*",
-            "-Dzookeeper.admin.enableServer=false",
-            # Lets a server killed before its first snapshot start again on its own logs.
-            "-Dzookeeper.snapshot.trust.empty=true",
+            *ZOOKEEPER_JVM_OPTIONS,
             *jvm_logging_options(distribution, self.data_dir / "logs"),
             "-cp",
             java_classpath(distribution),
@@ -133,12 +164,22 @@ class ZooKeeperServer:
             str(config_path),
         ]
         self._log(f"starting ZooKeeper on {self.connect_string} (log: {self.log_path})")
-        started = time.monotonic()
         self._process.launch(argv, cwd=self.data_dir)
-        self._process.wait_until_ready(
-            lambda: _answers_imok(self.port), timeout, "`ruok` to be answered with `imok`"
+        return Startup(
+            self._process,
+            lambda: _answers_imok(self.port),
+            timeout,
+            "`ruok` to be answered with `imok`",
         )
-        self._log(f"ZooKeeper ready after {time.monotonic() - started:.1f} s")
+
+    def exit_code(self) -> int | None:
+        """How the last run ended (negative: killed by that signal); None while it runs or
+        after :meth:`stop`. Raises nothing."""
+        return self._process.exit_code()
+
+    def log_tail(self) -> list[str]:
+        """The last lines the current (or last) run wrote to its log. Raises nothing."""
+        return self._process.log_tail()
 
     def stop(self, timeout: float = 15) -> None:
         """Stop the JVM (SIGTERM, then SIGKILL after ``timeout`` s); idempotent.

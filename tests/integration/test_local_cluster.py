@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from starlight_py.local.cluster import LocalCluster
 from starlight_py.local.haproxy import find_haproxy, haproxy_config
 from starlight_py.local.ports import free_port
 from tests.support.amqp_fixtures import get_one, unique
+from tests.support.processes import children_of, living_processes_mentioning, still_alive
 
 pytestmark = pytest.mark.integration
 
@@ -198,3 +201,53 @@ def test_a_hung_proxy_is_taken_out_until_it_answers_again(healthy_cluster):
         cluster.resume_proxy(1)
 
     cluster.haproxy.wait_until_server(name, up=True, timeout=15)
+
+
+def test_the_operator_script_leaves_nothing_running_when_killed_while_it_stops(tmp_path):
+    """SIGTERM starts the orderly stop; a process manager that loses patience sends SIGKILL
+    before it is over. Whatever had not been stopped yet goes with the script."""
+    root = Path(__file__).resolve().parents[2]
+    data = tmp_path / "cluster"
+    script = subprocess.Popen(
+        [
+            sys.executable,
+            str(root / "deploy/local/cluster.py"),
+            "up",
+            "--proxies",
+            "1",
+            "--port",
+            "0",
+            "--dir",
+            str(data),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    try:
+        assert script.stdout is not None
+        for line in script.stdout:
+            output.append(line)
+            if "Ctrl-C stops everything" in line:
+                break
+        else:
+            raise AssertionError("".join(output))
+        # ZooKeeper, Pulsar, the proxy and HAProxy.
+        parts = children_of(script.pid)
+        assert len(parts) == 4, (parts, output)
+
+        script.send_signal(signal.SIGTERM)
+        for line in script.stdout:
+            output.append(line)
+            if "stopping" in line:
+                break
+        script.send_signal(signal.SIGKILL)
+        script.wait()
+
+        assert still_alive(parts) == [], output
+        assert living_processes_mentioning(str(data)) == []
+    finally:
+        if script.poll() is None:
+            script.kill()
+            script.wait()
