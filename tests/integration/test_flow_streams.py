@@ -379,6 +379,22 @@ def test_an_offset_past_the_end_waits_for_the_next_message(
     assert reader.items == [(b"n3", 3), (b"n4", 4)]
 
 
+def test_a_stream_declared_again_after_a_delete_starts_at_0(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    name = created.queue()
+    connection = connect()
+    channel = confirming_channel(connection)
+    declare_stream(channel, name)
+    publish(channel, name, BODIES[:3])
+    assert read(connection, name, "first", 3).offsets == [0, 1, 2]
+    channel.queue_delete(name)
+    declare_stream(channel, name)
+    publish(channel, name, [b"again0", b"again1"])
+    assert read(connect(), name, "first", 2).items == [(b"again0", 0), (b"again1", 1)]
+    assert read(connect(), name, 1, 1).items == [(b"again1", 1)]
+
+
 def test_next_sees_only_new_messages(
     connect: Callable[[], BlockingConnection], created: Created
 ) -> None:
