@@ -78,7 +78,10 @@ class StreamReaderHandle(ConsumerHandle):
         super().__init__(topic, subscription)
         self._probe = probe
         self._counter = IndexCounter()
-        self._warned = False
+        # The entry (ledger, entry) whose index could not be read: its other messages are
+        # not asked for again; and a ledger whose entries have no index.
+        self._failed = (-1, -1)
+        self._unindexed_ledger = -1
 
     def _received(self, batch: list[Any]) -> list[ReceivedMessage]:
         received: list[ReceivedMessage] = []
@@ -92,17 +95,21 @@ class StreamReaderHandle(ConsumerHandle):
         index = self._counter.index(position)
         if index is not None:
             return index
+        where = (position.ledger_id, position.entry_id)
+        if where == self._failed or position.ledger_id == self._unindexed_ledger:
+            return None
         for attempt in range(PROBE_ATTEMPTS):
             try:
-                entry = self._probe(position.ledger_id, position.entry_id)
+                entry = self._probe(*where)
             except NoStreamIndex as e:
-                if not self._warned:
-                    self._warned = True
-                    log.error("stream offsets unknown: %s", e)
+                if self._unindexed_ledger == -1:
+                    log.error("stream offsets unknown (x-stream-offset -1): %s", e)
+                self._unindexed_ledger = position.ledger_id
                 return None
             except (PulsarAdminError, BackendUnavailable) as e:
                 if attempt == PROBE_ATTEMPTS - 1:
                     log.warning("cannot read the index of %s in %s: %s", position, self.topic, e)
+                    self._failed = where
                     return None
                 time.sleep(PROBE_RETRY_WAIT)
                 continue
