@@ -6,10 +6,9 @@ away. In the proxy a stream queue is stored like any queue (its bindings' topics
 subscription per binding that nothing acknowledges, so Pulsar keeps every message), and each
 AMQP consumer reads those topics from its own position (docs/mapping.md#stream-queues).
 
-Offsets: RabbitMQ numbers a stream's messages 0, 1, 2...; the proxy numbers them from
-their Pulsar message id, so that every proxy computes the same number and a client can
-resume from it anywhere. The number is increasing along a topic but not dense (see
-`offset_of`).
+Offsets: RabbitMQ numbers a stream's messages 0, 1, 2...; so does the proxy, with the index
+Pulsar's brokers give every message of a topic (the stream's own topic; a topic read through
+an exchange binding has a lane of its own: `stream_offset`, docs/mapping.md#stream-queues).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ import email.message
 from typing import Any
 
 import pytest
+import trio
 
+from starlight_py.amqp.errors import PreconditionFailed
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.backend.stream_index import (
     INDEX_INTERCEPTOR,
@@ -17,9 +19,11 @@ from starlight_py.backend.stream_index import (
     stream_index_refusal,
 )
 from starlight_py.backend.stream_reader import StreamMessage, StreamReaderHandle
+from starlight_py.gateway.stream_consuming import topic_starts
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import TopicName
-from starlight_py.model.streams import EntryIndex, IndexLookup
+from starlight_py.model.positions import MessageIdRecord
+from starlight_py.model.streams import EntryIndex, IndexLookup, StreamStart
 
 TOPIC = TopicName(NamespaceName("public", "default"), "amq.default~~s")
 
@@ -177,3 +181,16 @@ def test_a_reader_without_an_index_delivers_none_and_stops_asking(
     handle = StreamReaderHandle(TOPIC, "sub", unavailable)
     assert indexes(handle, [FakeRaw(3, 5, 0), FakeRaw(3, 5, 1)]) == [None, None]
     assert len(asked) == 5  # a few tries for the entry, not for each of its messages
+
+
+def test_a_numeric_offset_without_an_index_is_a_clear_amqp_error() -> None:
+    admin: Any = FakeAdmin({(3, 0): stored(-1), (3, 1): stored(-1)})
+    start = StreamStart("offset", offset=1)
+    with pytest.raises(PreconditionFailed) as info:
+        trio.run(topic_starts, admin, TOPIC.namespace, "s", [TOPIC.local], start)
+    assert info.value.text.startswith("cannot start queue 's' at x-stream-offset 1: topic ")
+    assert "brokerEntryMetadataInterceptors=" + INDEX_INTERCEPTOR in info.value.text
+    # With the index: where the offset is.
+    admin = FakeAdmin({(3, 0): stored(0), (3, 1): stored(1)})
+    starts = trio.run(topic_starts, admin, TOPIC.namespace, "s", [TOPIC.local], start)
+    assert starts == {TOPIC.local: StreamStart("at", position=MessageIdRecord(3, 1), index=1)}
