@@ -20,8 +20,11 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
+from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.local import ServiceEndpoints
 from starlight_py.local.ports import free_port
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import exchange_topic
 from tests.integration.conftest import Broker, ProxyFactory
 from tests.integration.test_ops_metrics import sample
 from tests.support.admin_cli import AdminCLI
@@ -558,6 +561,30 @@ def test_resume_through_a_new_proxy_after_a_restart(
         assert resumed.offsets == [5, 6, 7, 8, 9]
     finally:
         after.close()
+
+
+def test_offsets_go_on_across_a_topic_reload_and_ledgers(
+    proxy_only: None,
+    services: ServiceEndpoints,
+    connect: Callable[[], BlockingConnection],
+    created: Created,
+) -> None:
+    # An unload (a bundle move, a broker restart) closes the topic's ledger: the broker
+    # goes on numbering from the last entry's index, and readers ask again in the new one.
+    name = created.queue()
+    connection = connect()
+    channel = confirming_channel(connection)
+    declare_stream(channel, name)
+    publish(channel, name, BODIES[:4])
+    topic = exchange_topic(NamespaceName("public", "default"), "", "direct", name)
+    admin = PulsarAdmin(services.pulsar_web_url)
+    admin.unload_topic(topic)
+    publish(channel, name, BODIES[4:])
+    assert len(admin.ledger_sizes(topic)) >= 2
+    everything = read(connect(), name, "first", len(BODIES))
+    assert everything.items == [(body, i) for i, body in enumerate(BODIES)]
+    assert read(connect(), name, 3, 7).items == everything.items[3:]
+    assert read(connect(), name, 6, 4).items == everything.items[6:]
 
 
 def test_offsets_count_every_message_of_a_batch(
