@@ -5,6 +5,7 @@ an index up, counting indexes along a reader)."""
 from __future__ import annotations
 
 import datetime
+import random
 from typing import Any
 
 import pytest
@@ -203,7 +204,8 @@ def test_locate_before_what_is_kept_and_in_an_empty_topic() -> None:
 
 
 def test_locate_reads_few_entries() -> None:
-    # A million single-message entries in 20 ledgers: ~log2 of each level.
+    # A million single-message entries in 20 ledgers: the ledgers halved, then the entries
+    # of one guessed by interpolation.
     ledgers = [(ledger, 50_000) for ledger in range(20)]
     reads: list[tuple[int, int]] = []
 
@@ -211,9 +213,40 @@ def test_locate_reads_few_entries() -> None:
         reads.append((ledger, entry))
         return EntryIndex(ledger, entry, ledger * 50_000 + entry)
 
-    found = locate_index(ledgers, 765_432, counted)
-    assert found.entry == EntryIndex(15, 15_432, 765_432)
-    assert len(reads) <= 25
+    for wanted in (765_432, 0, 999_999, 50_000, 49_999):
+        reads.clear()
+        found = locate_index(ledgers, wanted, counted)
+        assert found.entry == EntryIndex(*divmod(wanted, 50_000), wanted)
+        assert len(reads) <= 10
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_locate_finds_every_index_whatever_the_batches(seed: int) -> None:
+    rng = random.Random(seed)
+    entries: dict[tuple[int, int], EntryIndex] = {}
+    ledgers = []
+    last = -1
+    for ledger in range(rng.randint(1, 4)):
+        count = rng.randint(1, 300)
+        ledgers.append((ledger, count))
+        for entry in range(count):
+            size = rng.choice([1, 1, 1, 2, 7, 100, 1000])
+            last += size
+            entries[(ledger, entry)] = EntryIndex(ledger, entry, last, size)
+    reads = 0
+
+    def probe(ledger: int, entry: int) -> EntryIndex:
+        nonlocal reads
+        reads += 1
+        return entries[(ledger, entry)]
+
+    for wanted in sorted(rng.sample(range(last + 1), min(last + 1, 60))):
+        reads = 0
+        found = locate_index(ledgers, wanted, probe)
+        assert found.kind == "at" and found.entry is not None
+        assert found.entry.first_index <= wanted <= found.entry.last_index
+        assert reads <= 2 * 12 + 4  # never worse than about twice a binary search
+    assert locate_index(ledgers, last + 1, probe).kind == "past"
 
 
 def lookup_in(found: dict[str, IndexLookup]) -> Any:
