@@ -284,12 +284,7 @@ class Consumers:
         band = link.ranks[binding_set.subscription] = rank(binding_set)
         link.session.core.reads_band(link.core, band, backlog)
         if link.stream is not None:
-            # A binding made after the consumer started is read from then on (next).
-            start = (
-                StreamStart("next")
-                if link.core.started
-                else link.topic_starts.get(binding_set.topic, StreamStart("next"))
-            )
+            start = await self._stream_start(link, binding_set.topic)
             handle: ConsumerHandle = await open_stream_handle(
                 self.backend,
                 self.topology.admin,
@@ -313,6 +308,23 @@ class Consumers:
         link.handles[binding_set.subscription] = handle
         if link.core.reading.get(band if link.core.ranks else None) is False:
             handle.pause()  # the core has it paused already
+
+    async def _stream_start(self, link: ConsumerLink, topic: str) -> StreamStart:
+        """Where a stream consumer starts reading `topic`, one of its stream's topics."""
+        assert link.core is not None and link.stream is not None
+        if link.core.started:
+            return StreamStart("next")  # a binding made since: read from then on
+        start = link.topic_starts.get(topic)
+        if start is None:
+            # A binding the consume did not see yet (this proxy's cache catching up): where
+            # the consumer starts on it, among every topic of the stream known now.
+            known = self.cache.binding_sets_of_queue(self.ctx.vhost, link.queue)
+            topics = sorted({topic, *link.topic_starts, *(b.topic for b in known)})
+            starts = await topic_starts(
+                self.topology.admin, self.ctx.namespace, link.queue, topics, link.stream
+            )
+            start = link.topic_starts.setdefault(topic, starts[topic])
+        return start
 
     async def follow_bindings(self) -> None:
         """Subscribe consumers to bindings added after they started; cancel (with
