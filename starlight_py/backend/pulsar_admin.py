@@ -661,6 +661,37 @@ class PulsarAdmin:
         except (TypeError, KeyError, ValueError, AttributeError) as e:
             raise PulsarAdminError(status, f"unexpected peek answer for {topic}: {e}") from e
 
+    def get_entry(
+        self, topic: TopicName, ledger: int, entry: int
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """One stored entry of the topic, as the admin API answers it: (status, headers with
+        its metadata, payload). Raises PulsarAdminError (404: no such entry),
+        BackendUnavailable."""
+        return self._exchange("GET", f"/admin/v2/{topic.rest_path}/ledger/{ledger}/entry/{entry}")
+
+    def ledger_sizes(self, topic: TopicName) -> list[tuple[int, int]]:
+        """The topic's ledgers still stored, oldest first, with how many entries each holds
+        (the one being written: its entries so far); empty when the topic does not exist.
+        Raises PulsarAdminError, BackendUnavailable."""
+        try:
+            answer = self._request("GET", f"/admin/v2/{topic.rest_path}/internalStats")
+        except PulsarAdminError as e:
+            if e.status == 404:
+                return []
+            raise
+        try:
+            sizes = [
+                (int(ledger["ledgerId"]), int(ledger.get("entries", 0)))
+                for ledger in answer["ledgers"]
+            ]
+            if sizes:
+                # The ledger being written is listed with 0 entries until it is closed.
+                last, entries = sizes[-1]
+                sizes[-1] = (last, max(entries, int(answer.get("currentLedgerEntries", 0))))
+            return sizes
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise PulsarAdminError(200, f"unexpected internalStats answer for {topic}") from e
+
     def cursor_position(self, topic: TopicName, subscription: str) -> MessageIdRecord | None:
         """The subscription's mark-delete position: every message at or before it is
         acknowledged (messages acknowledged out of order after it do not move it). None

@@ -427,7 +427,11 @@ class ConsumerHandle:
                 time.sleep(0.1)
                 continue
             if batch:
-                listener(self, [ReceivedMessage(raw, self) for raw in batch])
+                listener(self, self._received(batch))
+
+    def _received(self, batch: list[Any]) -> list[ReceivedMessage]:
+        """What the listener is handed of pulsar-client's messages (on the reader thread)."""
+        return [ReceivedMessage(raw, self) for raw in batch]
 
     def _next_batch(self) -> list[Any]:
         """Blocking: the next messages from pulsar-client (empty: look again)."""

@@ -4,16 +4,21 @@ do removes a message (docs/mapping.md#stream-queues).
 
 A `StreamReaderHandle` is a `ConsumerHandle` to the rest of the gateway (pause, resume,
 close, batches handed to a listener from a thread of its own); acknowledging through it does
-nothing, because a reader has nothing to acknowledge.
+nothing, because a reader has nothing to acknowledge. It hands over `StreamMessage`s, which
+carry their index in the topic (backend/stream_index.py): read from the broker for the first
+message of each ledger, counted for the others (model/streams.py's `IndexCounter`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
 
+from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.backend.pulsar_client import (
     READ_BATCH,
     BackendError,
@@ -22,8 +27,29 @@ from starlight_py.backend.pulsar_client import (
     PulsarBackend,
     ReceivedMessage,
 )
+from starlight_py.backend.stream_index import NoStreamIndex
 from starlight_py.model.naming import TopicName
-from starlight_py.model.streams import StreamStart, position_of
+from starlight_py.model.positions import MessageIdRecord
+from starlight_py.model.streams import EntryIndex, IndexCounter, StreamStart
+
+# Reads one entry's index from the broker: (ledger, entry) -> EntryIndex. Raises
+# NoStreamIndex, PulsarAdminError, BackendUnavailable.
+EntryProbe = Callable[[int, int], EntryIndex]
+# A failed read of an entry's index is tried again this many times, this long apart.
+PROBE_ATTEMPTS = 5
+PROBE_RETRY_WAIT = 0.2
+
+
+class StreamMessage(ReceivedMessage):
+    """A message read from a stream's topic, with its index in the topic (None: unknown,
+    the broker gave its entry none)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, raw: Any, handle: ConsumerHandle, index: int | None) -> None:
+        super().__init__(raw, handle)
+        self.index = index
+
 
 log = logging.getLogger("starlight.backend")
 
@@ -48,6 +74,48 @@ class StreamReaderHandle(ConsumerHandle):
 
     _THREAD_NAME = b"starlight-strm"
 
+    def __init__(self, topic: TopicName, subscription: str, probe: EntryProbe) -> None:
+        super().__init__(topic, subscription)
+        self._probe = probe
+        self._counter = IndexCounter()
+        # The entry (ledger, entry) whose index could not be read: its other messages are
+        # not asked for again; and a ledger whose entries have no index.
+        self._failed = (-1, -1)
+        self._unindexed_ledger = -1
+
+    def _received(self, batch: list[Any]) -> list[ReceivedMessage]:
+        received: list[ReceivedMessage] = []
+        for raw in batch:
+            message = StreamMessage(raw, self, None)
+            message.index = self._index_of(message.position)
+            received.append(message)
+        return received
+
+    def _index_of(self, position: MessageIdRecord) -> int | None:
+        index = self._counter.index(position)
+        if index is not None:
+            return index
+        where = (position.ledger_id, position.entry_id)
+        if where == self._failed or position.ledger_id == self._unindexed_ledger:
+            return None
+        for attempt in range(PROBE_ATTEMPTS):
+            try:
+                entry = self._probe(*where)
+            except NoStreamIndex as e:
+                if self._unindexed_ledger == -1:
+                    log.error("stream offsets unknown (x-stream-offset -1): %s", e)
+                self._unindexed_ledger = position.ledger_id
+                return None
+            except (PulsarAdminError, BackendUnavailable) as e:
+                if attempt == PROBE_ATTEMPTS - 1:
+                    log.warning("cannot read the index of %s in %s: %s", position, self.topic, e)
+                    self._failed = where
+                    return None
+                time.sleep(PROBE_RETRY_WAIT)
+                continue
+            return self._counter.anchor(position, entry)
+        return None
+
     def _next_batch(self) -> list[Any]:
         reader = self._consumer
         try:
@@ -64,10 +132,10 @@ class StreamReaderHandle(ConsumerHandle):
 
 def _start_id(start: StreamStart) -> tuple[Any, bool]:
     """The reader's start message id and whether it is inclusive."""
-    if start.kind == "offset":
-        # The whole entry of the offset's message: the gateway drops what is before it in a
-        # batch (StreamStart.admits).
-        position = position_of(start.offset)
+    if start.kind == "at" and start.position is not None:
+        # The whole entry: the gateway drops what is before the start in a batch
+        # (StreamStart.admits).
+        position = start.position
         return pulsar.MessageId(-1, position.ledger_id, position.entry_id, -1), True
     if start.kind == "last":
         return pulsar.MessageId.latest, True
@@ -84,10 +152,12 @@ def open_stream_reader(
     reader_name: str,
     receiver_queue_size: int,
     listener: Listener,
+    probe: EntryProbe,
 ) -> StreamReaderHandle:
-    """Blocking: a reader of `topic` from `start`, handing batches to `listener` from a
-    thread of its own. Raises BackendUnavailable or BackendError."""
-    handle = StreamReaderHandle(topic, subscription)
+    """Blocking: a reader of `topic` from `start`, handing batches of StreamMessages to
+    `listener` from a thread of its own (`probe` reads an entry's index from the broker).
+    Raises BackendUnavailable or BackendError."""
+    handle = StreamReaderHandle(topic, subscription, probe)
     start_id, inclusive = _start_id(start)
     try:
         wrapper = backend._client.create_reader(

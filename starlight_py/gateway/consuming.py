@@ -33,7 +33,7 @@ from starlight_py.backend.message_codec import (
     skipped_by,
 )
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend, ReceivedMessage
-from starlight_py.backend.stream_reader import StreamReaderHandle
+from starlight_py.backend.stream_reader import StreamMessage, StreamReaderHandle
 from starlight_py.core.commands import (
     AckMessages,
     Command,
@@ -65,8 +65,10 @@ from starlight_py.gateway.single_active import (
     wait_for_turn,
 )
 from starlight_py.gateway.stream_consuming import (
+    delivered_offset,
     open_stream_handle,
     stream_start_of,
+    topic_starts,
     with_offset_header,
 )
 from starlight_py.gateway.topology_methods import VhostContext
@@ -74,8 +76,9 @@ from starlight_py.metadata.cache import PREFETCH_MARK, TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
+from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.routing import any_binding_routes
-from starlight_py.model.streams import StreamStart, offset_of, settle_refused
+from starlight_py.model.streams import StreamStart, settle_refused
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import EXCLUSIVE_MARK, TopologyService
 
@@ -108,8 +111,10 @@ class ConsumerLink:
     waiting: bool = False
     # A stream queue's consumer: where it starts (it reads through readers of its own).
     stream: StreamStart | None = None
-    # A stream's first retained offset on each subscription's topic (docs/mapping.md).
-    floors: dict[str, int] = field(default_factory=dict)
+    # Where it starts on each of the stream's topics (a numeric offset differs by topic).
+    topic_starts: dict[str, StreamStart] = field(default_factory=dict)
+    # A stream's first retained position on each subscription's topic (docs/mapping.md).
+    floors: dict[str, MessageIdRecord] = field(default_factory=dict)
     opening: set[str] = field(default_factory=set)  # subscriptions being subscribed to
 
     @property
@@ -204,6 +209,10 @@ class Consumers:
             link.registered = True
             if is_single_active(record):
                 await join_line(self, link)
+            if start is not None:
+                link.topic_starts = await topic_starts(
+                    self.topology.admin, self.ctx.namespace, queue, [s.topic for s in sets], start
+                )
             if not link.waiting:
                 await self._subscribe_all(link, sets)
         except BaseException:
@@ -275,8 +284,7 @@ class Consumers:
         band = link.ranks[binding_set.subscription] = rank(binding_set)
         link.session.core.reads_band(link.core, band, backlog)
         if link.stream is not None:
-            # A binding made after the consumer started is read from then on (next).
-            start = StreamStart("next") if link.core.started else link.stream
+            start = await self._stream_start(link, binding_set.topic)
             handle: ConsumerHandle = await open_stream_handle(
                 self.backend,
                 self.topology.admin,
@@ -300,6 +308,23 @@ class Consumers:
         link.handles[binding_set.subscription] = handle
         if link.core.reading.get(band if link.core.ranks else None) is False:
             handle.pause()  # the core has it paused already
+
+    async def _stream_start(self, link: ConsumerLink, topic: str) -> StreamStart:
+        """Where a stream consumer starts reading `topic`, one of its stream's topics."""
+        assert link.core is not None and link.stream is not None
+        if link.core.started:
+            return StreamStart("next")  # a binding made since: read from then on
+        start = link.topic_starts.get(topic)
+        if start is None:
+            # A binding the consume did not see yet (this proxy's cache catching up): where
+            # the consumer starts on it, among every topic of the stream known now.
+            known = self.cache.binding_sets_of_queue(self.ctx.vhost, link.queue)
+            topics = sorted({topic, *link.topic_starts, *(b.topic for b in known)})
+            starts = await topic_starts(
+                self.topology.admin, self.ctx.namespace, link.queue, topics, link.stream
+            )
+            start = link.topic_starts.setdefault(topic, starts[topic])
+        return start
 
     async def follow_bindings(self) -> None:
         """Subscribe consumers to bindings added after they started; cancel (with
@@ -515,20 +540,21 @@ class Consumers:
     def _vet_stream(self, link: ConsumerLink, message: ReceivedMessage) -> Deliverable | None:
         """A stream's message: delivered with its offset when it is at or after the
         consumer's start and one of the stream's bindings routes it; nothing is settled."""
-        start = link.stream
-        assert start is not None
-        offset = offset_of(message.position)
-        if offset < link.floors.get(message.handle.subscription, 0):
+        assert link.stream is not None and isinstance(message, StreamMessage)
+        floor = link.floors.get(message.handle.subscription)
+        if floor is not None and message.position < floor:
             return None  # past the stream's retention
-        if not start.admits(offset, message.publish_time_ms):
+        start = link.topic_starts.get(message.handle.topic.local, link.stream)
+        if not start.admits(message.index, message.publish_time_ms):
             return None
         decoded = self._route(link.queue, link.known_sets, message)
         if decoded is None:
             return None
+        own_topic = naming.exchange_topic(self.ctx.namespace, "", "direct", link.queue).local
         return Deliverable(
             decoded.exchange,
             decoded.routing_key,
-            with_offset_header(decoded, offset),
+            with_offset_header(decoded, delivered_offset(own_topic, message)),
             decoded.body,
             False,
             link.record,

@@ -25,6 +25,7 @@ from starlight_py.backend import consumer_ack, listened, producer_flush, produce
 from starlight_py.backend.batching_support import batching_caveat, batching_refusal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
+from starlight_py.backend.stream_index import stream_index_refusal
 from starlight_py.cluster.cleaner import SubscriptionCleaner
 from starlight_py.cluster.connection_reports import ConnectionReports
 from starlight_py.cluster.duties import cluster_duties
@@ -406,6 +407,7 @@ async def serve(
     )
     if config.producer_batching:
         await trio.to_thread.run_sync(_check_batching, services)
+    await trio.to_thread.run_sync(_check_stream_index, services)
     services.cache.on_change(services.topology_changed)
     try:
         await _connect_metadata(services.zookeeper, shutdown)
@@ -531,6 +533,18 @@ def _check_batching(services: ProxyServices) -> None:
         reason,
     )
     services.backend.batching = False
+
+
+def _check_stream_index(services: ProxyServices) -> None:
+    """Stream offsets are Pulsar's message index (backend/stream_index.py): say at start
+    when the brokers do not give one, rather than when a stream consumer needs it."""
+    reason = stream_index_refusal(services.topology.admin)
+    if reason is not None:
+        log.warning(
+            "stream queues: %s; consumers starting at a numeric x-stream-offset are refused and "
+            "deliveries carry x-stream-offset -1 (docs/operations.md#what-pulsar-needs)",
+            reason,
+        )
 
 
 async def _in_thread_until_cancelled(call: Callable[[], object]) -> None:

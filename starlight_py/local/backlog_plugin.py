@@ -24,6 +24,7 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
+from starlight_py.backend.stream_index import INDEX_INTERCEPTOR
 from starlight_py.local.distribution import (
     Log,
     default_cache_dir,
@@ -36,7 +37,6 @@ from starlight_py.local.errors import LocalInfraError
 PLUGIN_NAME = "starlight-backlog"
 NAR_FILE = f"{PLUGIN_NAME}.nar"
 BASE_PATH = "/starlight"  # MessageBacklogPlugin.BASE_PATH
-INDEX_INTERCEPTOR = "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor"
 _SOURCES = ("MessageBacklogServlet.java", "MessageBacklogPlugin.java")
 _DESCRIPTOR = "additional_servlet.yml"
 _COMPILE_TIMEOUT = 300.0

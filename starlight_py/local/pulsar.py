@@ -16,6 +16,7 @@ from starlight_py.backend.batching_support import (
     CURSOR_CLOSE_TO_LEDGER,
     CURSOR_CLOSE_TO_METADATA_STORE,
 )
+from starlight_py.backend.stream_index import STREAM_OFFSET_BROKER_SETTINGS
 from starlight_py.local.backlog_plugin import backlog_plugin_settings
 from starlight_py.local.distribution import (
     Log,
@@ -142,6 +143,9 @@ def standalone_conf(
             "acknowledgmentAtBatchIndexLevelEnabled": "true",
             # ... and those acknowledgements survive a topic reload (backend/batching_support.py).
             CURSOR_CLOSE_TO_METADATA_STORE: CURSOR_CLOSE_TO_LEDGER,
+            # Stream offsets: every entry carries the index of its last message in the topic
+            # (x-stream-offset, docs/mapping.md#stream-queues), also handed to Pulsar clients.
+            **STREAM_OFFSET_BROKER_SETTINGS,
             # The per-queue metrics read the broker's topic stats, computed this often (the
             # default is 60 s, the first time a minute after start).
             "statsUpdateFrequencyInSecs": "5",

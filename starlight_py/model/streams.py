@@ -6,18 +6,18 @@ away. In the proxy a stream queue is stored like any queue (its bindings' topics
 subscription per binding that nothing acknowledges, so Pulsar keeps every message), and each
 AMQP consumer reads those topics from its own position (docs/mapping.md#stream-queues).
 
-Offsets: RabbitMQ numbers a stream's messages 0, 1, 2...; the proxy numbers them from
-their Pulsar message id, so that every proxy computes the same number and a client can
-resume from it anywhere. The number is increasing along a topic but not dense (see
-`offset_of`).
+Offsets: RabbitMQ numbers a stream's messages 0, 1, 2...; so does the proxy, with the index
+Pulsar's brokers give every message of a topic (the stream's own topic; a topic read through
+an exchange binding has a lane of its own: `stream_offset`, docs/mapping.md#stream-queues).
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,19 +199,24 @@ class StreamRetention:
 class StreamStart:
     """Where a stream consumer starts reading.
 
-    `kind` is "first", "last", "next", "offset" (from `offset` on) or "time" (messages
-    published at `time_ms`, epoch milliseconds, or later)."""
+    As the consumer asks (`stream_start`): `kind` "first", "last", "next", "offset" (from the
+    stream offset `offset` on) or "time" (messages published at `time_ms`, epoch
+    milliseconds, or later). Resolved for one of the stream's topics (`resolve_offset`,
+    gateway/stream_consuming.py), "at" too: from the entry at `position` on, the messages of
+    index `index` and later."""
 
     kind: str
     offset: int = 0
     time_ms: int = 0
+    position: MessageIdRecord | None = None
+    index: int = 0
 
-    def admits(self, offset: int, publish_time_ms: int) -> bool:
+    def admits(self, index: int | None, publish_time_ms: int) -> bool:
         """Whether a message read from the start position is the consumer's: the reader may
-        start a little before (the whole Pulsar batch of a numeric offset, the broker's
-        seek by time), never after."""
-        if self.kind == "offset":
-            return offset >= self.offset
+        start a little before (the whole Pulsar batch of an index, the broker's seek by
+        time), never after. A message whose index is unknown (None) is admitted."""
+        if self.kind == "at":
+            return index is None or index >= self.index
         if self.kind == "time":
             return publish_time_ms >= self.time_ms
         return True
@@ -219,14 +224,15 @@ class StreamStart:
 
 def stream_start(value: Any, name: str, vhost: str, now_ms: int) -> StreamStart:
     """The start a consumer's `x-stream-offset` argument asks for (absent: `next`, as in
-    RabbitMQ). A negative number is the first message. Raises PreconditionFailed with
+    RabbitMQ). A number of 0 or less is the first message. Raises PreconditionFailed with
     RabbitMQ's text for a value it refuses."""
     if value is None:
         return StreamStart("next")
     if isinstance(value, bool):
         raise _invalid_offset(name, vhost, "bool", str(value).lower())
     if isinstance(value, int):
-        return StreamStart("offset", offset=max(0, value))
+        # Offset 0 (or less) is the stream's start on every topic, as on RabbitMQ.
+        return StreamStart("offset", offset=value) if value > 0 else StreamStart("first")
     if isinstance(value, datetime.datetime):
         moment = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
         return StreamStart("time", time_ms=int(moment.timestamp() * 1000))
@@ -249,33 +255,204 @@ def _invalid_offset(name: str, vhost: str, kind: str, shown: str) -> Preconditio
     )
 
 
-# ---- offsets <-> Pulsar message ids -----------------------------------------------------------
+# ---- offsets: Pulsar's message index -----------------------------------------------------------
 
-# An offset packs a message id into a positive signed 64-bit integer (the AMQP `long` of the
-# x-stream-offset header): ledger id (31 bits) | entry id (20 bits) | index in a batch (12).
-ENTRY_BITS = 20
-BATCH_BITS = 12
-MAX_LEDGER = (1 << 31) - 1
-MAX_ENTRY = (1 << ENTRY_BITS) - 1
-MAX_BATCH_INDEX = (1 << BATCH_BITS) - 1
-
-
-def offset_of(position: MessageIdRecord) -> int:
-    """The stream offset of the message at `position` in its topic: every proxy computes the
-    same number, later messages of a topic have larger ones. Fields past their bits
-    (ledger ids above 2^31, more than 2^20 entries in a ledger, batches of more than 4096
-    messages: see docs/mapping.md) saturate, which keeps the order but not uniqueness."""
-    ledger = min(max(position.ledger_id, 0), MAX_LEDGER)
-    entry = min(max(position.entry_id, 0), MAX_ENTRY)
-    batch = min(max(position.batch_index, 0), MAX_BATCH_INDEX)
-    return (ledger << (ENTRY_BITS + BATCH_BITS)) | (entry << BATCH_BITS) | batch
+# Every message of a topic has an index, 0, 1, 2, ... (Pulsar's broker entry metadata,
+# backend/stream_index.py). The offset of a message of the stream's own topic (the default
+# exchange's, amq.default~~<E(q)>) is its index: RabbitMQ's numbers. A topic the stream
+# reads through an exchange binding numbers its messages in a lane of its own, above them:
+# lane << INDEX_BITS | index, the lane a digest of the topic's name (docs/mapping.md).
+INDEX_BITS = 40
+LANE_BITS = 22  # lane and index fill a positive signed 64-bit `long`
+MAX_INDEX = (1 << INDEX_BITS) - 1
+EXCHANGE_LANES = (1 << LANE_BITS) - 1  # lanes 1 .. EXCHANGE_LANES
+# The x-stream-offset of a message that has no index (written by a broker without the
+# index interceptor): resuming from it is resuming from `first`.
+UNKNOWN_OFFSET = -1
 
 
-def position_of(offset: int) -> MessageIdRecord:
-    """The Pulsar position of a stream offset (the inverse of `offset_of`); a reader started
-    there reads the offset's message (or the next one) first."""
+def lane_of(topic: str, own_topic: str) -> int:
+    """The lane of offsets of a stream's topic (local names): 0 for its own topic, else
+    1 .. EXCHANGE_LANES from the topic's name, so every proxy computes the same."""
+    if topic == own_topic:
+        return 0
+    digest = hashlib.blake2b(topic.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return 1 + int.from_bytes(digest, "big") % EXCHANGE_LANES
+
+
+def stream_offset(lane: int, index: int | None) -> int:
+    """The offset of the message of `index` in the topic of `lane` (UNKNOWN_OFFSET when
+    it has no index)."""
+    if index is None or index < 0:
+        return UNKNOWN_OFFSET
+    return (lane << INDEX_BITS) | min(index, MAX_INDEX)
+
+
+def split_offset(offset: int) -> tuple[int, int]:
+    """(lane, index) of a stream offset (the inverse of `stream_offset`)."""
     offset = max(0, offset)
-    ledger = offset >> (ENTRY_BITS + BATCH_BITS)
-    entry = (offset >> BATCH_BITS) & MAX_ENTRY
-    batch = offset & MAX_BATCH_INDEX
-    return MessageIdRecord(ledger, entry, batch)
+    return offset >> INDEX_BITS, offset & MAX_INDEX
+
+
+@dataclass(frozen=True, slots=True)
+class EntryIndex:
+    """A stored entry of a topic and the index of its last message (a batch entry holds
+    `size` messages, indexes `first_index` .. `last_index`)."""
+
+    ledger_id: int
+    entry_id: int
+    last_index: int
+    size: int = 1
+    publish_time_ms: int = 0
+
+    @property
+    def first_index(self) -> int:
+        return self.last_index - max(1, self.size) + 1
+
+    @property
+    def position(self) -> MessageIdRecord:
+        return MessageIdRecord(self.ledger_id, self.entry_id)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexLookup:
+    """Where a message index is in a topic: `kind` "at" (`entry` holds it), "before" (it is
+    older than anything the topic still stores: `entry` is the first stored) or "past" (not
+    written yet: `entry` is the last one written, None when the topic has none)."""
+
+    kind: str
+    entry: EntryIndex | None = None
+
+
+def locate_index(
+    ledgers: Sequence[tuple[int, int]], index: int, probe: Callable[[int, int], EntryIndex]
+) -> IndexLookup:
+    """Find the entry holding message `index` among `ledgers` ((ledger id, entries), oldest
+    first), reading entries with `probe(ledger, entry)`: a binary search over the ledgers by
+    their last entry, then a search of the entries of the one found
+    (`_first_entry_reaching`). Raises what `probe` raises."""
+    stored = [(ledger, entries) for ledger, entries in ledgers if entries > 0]
+    if not stored:
+        return IndexLookup("past")
+    seen: dict[tuple[int, int], EntryIndex] = {}
+
+    def read(ledger: int, entry: int) -> EntryIndex:
+        found = seen.get((ledger, entry))
+        if found is None:
+            found = seen[(ledger, entry)] = probe(ledger, entry)
+        return found
+
+    low, high = 0, len(stored)
+    while low < high:
+        middle = (low + high) // 2
+        ledger, entries = stored[middle]
+        if read(ledger, entries - 1).last_index >= index:
+            high = middle
+        else:
+            low = middle + 1
+    if low == len(stored):
+        ledger, entries = stored[-1]
+        return IndexLookup("past", read(ledger, entries - 1))
+    ledger, entries = stored[low]
+    first = _first_entry_reaching(index, entries, lambda entry: read(ledger, entry).last_index)
+    found = read(ledger, first)
+    if low == 0 and first == 0 and found.first_index > index:
+        return IndexLookup("before", found)
+    return IndexLookup("at", found)
+
+
+def _first_entry_reaching(index: int, entries: int, last_index: Callable[[int], int]) -> int:
+    """The first of `entries` entries (the last one reaching it) whose last index is at
+    least `index`. Entries usually hold alike numbers of messages, so each step guesses by
+    interpolation and looks at the guess's neighbour too: two or three reads for a ledger
+    of single messages; a step that narrows less falls back to halving."""
+    low, high = 0, entries - 1  # last_index(low) < index <= last_index(high), once low is
+    if low == high or last_index(low) >= index:
+        return low
+    halve = False
+    while high - low > 1:
+        if halve:
+            guess = (low + high) // 2
+        else:
+            below, above = last_index(low), last_index(high)
+            guess = low + (index - below) * (high - low) // max(1, above - below)
+            guess = min(max(guess, low + 1), high - 1)
+        before = high - low
+        if last_index(guess) >= index:
+            high = guess
+            if guess - 1 > low and last_index(guess - 1) < index:
+                low = guess - 1
+        else:
+            low = guess
+            if guess + 1 < high and last_index(guess + 1) >= index:
+                high = guess + 1
+        halve = not halve and (high - low) * 2 > before
+    return high
+
+
+def resolve_offset(
+    offset: int, own_topic: str, topics: Sequence[str], lookup: Callable[[str, int], IndexLookup]
+) -> dict[str, StreamStart]:
+    """Where each of a stream's topics starts for a consumer of stream offset `offset`:
+    the topic of its lane exactly at its index (`lookup(topic, index)`); the others at the
+    time that message was published (from their start when it is older than what its
+    topic keeps, from their end when it is not written yet). An offset of no lane of the
+    stream is past every topic's end: they start at their end (RabbitMQ's `next` for an
+    offset past a stream's end). Raises what `lookup` raises."""
+    lane, index = split_offset(offset)
+    anchor = next((t for t in topics if lane_of(t, own_topic) == lane), None)
+    if anchor is None:
+        return {topic: StreamStart("next") for topic in topics}
+    found = lookup(anchor, index)
+    entry = found.entry
+    if found.kind == "at" and entry is not None:
+        starts = {topic: StreamStart("time", time_ms=entry.publish_time_ms) for topic in topics}
+        starts[anchor] = StreamStart("at", position=entry.position, index=index)
+        return starts
+    if found.kind == "past":
+        starts = {topic: StreamStart("next") for topic in topics}
+        # From the last entry written, so that what is written meanwhile is not missed.
+        starts[anchor] = (
+            StreamStart("first")
+            if entry is None
+            else StreamStart("at", position=entry.position, index=entry.last_index + 1)
+        )
+        return starts
+    return {topic: StreamStart("first") for topic in topics}
+
+
+class IndexCounter:
+    """The indexes of the messages one reader reads from a topic, in the topic's order.
+
+    The index of the first message read in a ledger comes from the broker
+    (`anchor`, with the entry read through the admin API); the next ones are counted: the
+    messages of an entry are numbered by their batch index, and an entry follows the
+    previous one's last message, one more per entry skipped (a large message's chunks).
+    `index` answers None when it cannot count (the first message, a new ledger): then
+    `anchor` it."""
+
+    def __init__(self) -> None:
+        self._ledger = -1
+        self._entry = -1
+        self._first = 0
+        self._size = 0
+
+    def index(self, position: MessageIdRecord) -> int | None:
+        """The index of the message at `position`, or None when it needs an anchor."""
+        batch = max(position.batch_index, 0)
+        if position.ledger_id != self._ledger or position.entry_id < self._entry:
+            return None
+        if position.entry_id > self._entry:
+            self._first += self._size + (position.entry_id - self._entry - 1)
+            self._entry = position.entry_id
+            self._size = 0
+        self._size = max(self._size, batch + 1)
+        return self._first + batch
+
+    def anchor(self, position: MessageIdRecord, entry: EntryIndex) -> int:
+        """The index of the message at `position`, `entry` being its entry as the broker
+        stores it; counting goes on from there."""
+        self._ledger, self._entry = entry.ledger_id, entry.entry_id
+        self._first = entry.first_index
+        self._size = max(1, entry.size)
+        return self._first + max(position.batch_index, 0)

@@ -698,6 +698,8 @@ class TopologyService:
             log.info("deleted queue %r in vhost %r%s", name, vhost, f" ({reason})" * bool(reason))
             for record in retired:
                 self._drop_subscription_now(vhost, namespace, record)
+            if is_stream(queue.arguments):
+                self._delete_stream_topic(namespace, name)
             return counts.message_count
 
         return _retrying(attempt)
@@ -894,6 +896,22 @@ class TopologyService:
         except Exception as e:
             log.debug(
                 "subscription %s on %s left to the cleaner: %s", record.subscription, topic, e
+            )
+
+    def _delete_stream_topic(self, namespace: NamespaceName, name: str) -> None:
+        """A deleted stream's messages go with it, as on RabbitMQ: its own topic (the
+        default exchange's, which only this queue name reads) is deleted, so a stream
+        declared again under the name numbers its messages from 0 (docs/mapping.md)."""
+        topic = naming.exchange_topic(namespace, "", "direct", name)
+        try:
+            self.admin.delete_topic(topic, force=True)
+        except Exception as e:
+            log.warning(
+                "could not delete %s of deleted stream %r (a stream declared again under "
+                "the name goes on numbering its messages from the old ones): %s",
+                topic,
+                name,
+                e,
             )
 
     # ---- bindings -----------------------------------------------------------------------------

@@ -20,8 +20,11 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
+from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.local import ServiceEndpoints
 from starlight_py.local.ports import free_port
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import exchange_topic
 from tests.integration.conftest import Broker, ProxyFactory
 from tests.integration.test_ops_metrics import sample
 from tests.support.admin_cli import AdminCLI
@@ -325,9 +328,8 @@ def test_read_from_first_and_again_by_a_second_consumer(
     publish(channel, name, BODIES)
     first = read(connection, name, "first", len(BODIES))
     assert first.bodies == BODIES
-    offsets = first.offsets
-    assert all(isinstance(o, int) for o in offsets)
-    assert offsets == sorted(set(offsets))
+    # RabbitMQ's numbers: a stream's messages are 0, 1, 2, ...
+    assert first.offsets == list(range(len(BODIES)))
     # Acknowledged messages stay: another consumer (another connection) reads them all.
     second = read(connect(), name, "first", len(BODIES))
     assert second.items == first.items
@@ -350,6 +352,50 @@ def test_resume_from_a_stored_offset(
     # The usual pattern: resume after the last offset processed.
     after = read(connect(), name, stored + 1, 4)
     assert after.items == everything.items[6:]
+
+
+def test_offset_5_of_ten_messages_reads_messages_5_to_9(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    # Offsets a client computes rather than stores: the sixth message is offset 5.
+    name = created.queue()
+    connection = connect()
+    channel = confirming_channel(connection)
+    declare_stream(channel, name)
+    publish(channel, name, BODIES)
+    reader = read(connect(), name, 5, 5)
+    assert reader.bodies == BODIES[5:]
+    assert reader.offsets == [5, 6, 7, 8, 9]
+    assert read(connect(), name, 9, 1).items == [(BODIES[9], 9)]
+    assert read(connect(), name, 0, 10).offsets == list(range(10))
+
+
+def test_an_offset_past_the_end_waits_for_the_next_message(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    name = created.queue()
+    connection = connect()
+    channel = confirming_channel(connection)
+    declare_stream(channel, name)
+    publish(channel, name, BODIES[:3])
+    reader = read(connect(), name, 3, 2, before=lambda: publish(channel, name, [b"n3", b"n4"]))
+    assert reader.items == [(b"n3", 3), (b"n4", 4)]
+
+
+def test_a_stream_declared_again_after_a_delete_starts_at_0(
+    connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    name = created.queue()
+    connection = connect()
+    channel = confirming_channel(connection)
+    declare_stream(channel, name)
+    publish(channel, name, BODIES[:3])
+    assert read(connection, name, "first", 3).offsets == [0, 1, 2]
+    channel.queue_delete(name)
+    declare_stream(channel, name)
+    publish(channel, name, [b"again0", b"again1"])
+    assert read(connect(), name, "first", 2).items == [(b"again0", 0), (b"again1", 1)]
+    assert read(connect(), name, 1, 1).items == [(b"again1", 1)]
 
 
 def test_next_sees_only_new_messages(
@@ -477,8 +523,9 @@ def test_consumer_on_one_proxy_publisher_on_another_and_offsets_everywhere_alike
             consumer_side, name, "next", 5, before=lambda: publish(publisher, name, BODIES[:5])
         )
         assert reader.bodies == BODIES[:5]
+        assert reader.offsets == [0, 1, 2, 3, 4]
         # The same offsets through the other proxy, and through a proxy started now.
-        again = read(publisher_side, name, reader.offsets[2], 3)
+        again = read(publisher_side, name, 2, 3)
         assert again.items == reader.items[2:]
         third = connect_to(start_proxy().port)
         try:
@@ -503,6 +550,7 @@ def test_resume_through_a_new_proxy_after_a_restart(
     declare_stream(channel, name)
     publish(channel, name, BODIES[:5])
     stored = read(connection, name, "first", 5).offsets[-1]
+    assert stored == 4
     connection.close()
     before.stop()
     after = connect_to(start_proxy().port)
@@ -510,9 +558,80 @@ def test_resume_through_a_new_proxy_after_a_restart(
         publish(confirming_channel(after), name, BODIES[5:])
         resumed = read(after, name, stored + 1, 5)
         assert resumed.bodies == BODIES[5:]
-        assert resumed.offsets[0] > stored
+        assert resumed.offsets == [5, 6, 7, 8, 9]
     finally:
         after.close()
+
+
+def test_offsets_go_on_across_a_topic_reload_and_ledgers(
+    proxy_only: None,
+    services: ServiceEndpoints,
+    connect: Callable[[], BlockingConnection],
+    created: Created,
+) -> None:
+    # An unload (a bundle move, a broker restart) closes the topic's ledger: the broker
+    # goes on numbering from the last entry's index, and readers ask again in the new one.
+    name = created.queue()
+    connection = connect()
+    channel = confirming_channel(connection)
+    declare_stream(channel, name)
+    publish(channel, name, BODIES[:4])
+    topic = exchange_topic(NamespaceName("public", "default"), "", "direct", name)
+    admin = PulsarAdmin(services.pulsar_web_url)
+    admin.unload_topic(topic)
+    publish(channel, name, BODIES[4:])
+    assert len(admin.ledger_sizes(topic)) >= 2
+    everything = read(connect(), name, "first", len(BODIES))
+    assert everything.items == [(body, i) for i, body in enumerate(BODIES)]
+    assert read(connect(), name, 3, 7).items == everything.items[3:]
+    assert read(connect(), name, 6, 4).items == everything.items[6:]
+
+
+def test_offsets_count_every_message_of_a_batch(
+    proxy_only: None, start_proxy: ProxyFactory, created: Created
+) -> None:
+    # Published without confirms, the proxy writes them in Pulsar batch entries: each
+    # message still has an offset of its own, and offsets inside a batch start exactly.
+    proxy = start_proxy(pulsarProducerBatching="true")
+    connection = pika.BlockingConnection(pika.URLParameters(proxy.amqp_url()))
+    try:
+        name = created.queue()
+        channel = connection.channel()
+        declare_stream(channel, name)
+        bodies = [f"b{i}".encode() for i in range(50)]
+        publish(channel, name, bodies)
+        everything = read(connection, name, "first", len(bodies))
+        assert everything.bodies == bodies
+        assert everything.offsets == list(range(len(bodies)))
+        assert read(connection, name, 23, 27).items == everything.items[23:]
+    finally:
+        connection.close()
+
+
+def test_messages_routed_by_an_exchange_have_offsets_of_their_own(
+    proxy_only: None, connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    # The stream's own messages (published to its name) are 0, 1, 2...; those of an
+    # exchange topic are numbered in that topic's lane (docs/mapping.md#stream-queues).
+    name = created.queue()
+    exchange = created.exchange()
+    connection = connect()
+    channel = confirming_channel(connection)
+    channel.exchange_declare(exchange, "fanout")
+    declare_stream(channel, name)
+    channel.queue_bind(name, exchange)
+    publish(channel, name, [b"d0", b"d1"])
+    publish(channel, "any-key", [b"x0", b"x1", b"x2"], exchange=exchange)
+    publish(channel, name, [b"d2"])
+    offsets = dict(read(connection, name, "first", 6).items)
+    assert [offsets[b] for b in (b"d0", b"d1", b"d2")] == [0, 1, 2]
+    lane = offsets[b"x0"] >> 40
+    assert lane >= 1
+    assert [offsets[b] for b in (b"x0", b"x1", b"x2")] == [lane << 40 | i for i in range(3)]
+    # From an exchange message's offset: its topic from it on, the stream's own topic from
+    # the time it was published.
+    resumed = read(connect(), name, offsets[b"x1"], 3)
+    assert sorted(resumed.items) == [(b"d2", 2), (b"x1", offsets[b"x1"]), (b"x2", offsets[b"x2"])]
 
 
 def test_retention_by_size_lets_go_of_the_oldest(

@@ -65,6 +65,11 @@ def test_standalone_conf_rewrites_existing_keys_and_appends_missing_ones():
         "delayedDeliveryTickTimeMillis": "100",
         "acknowledgmentAtBatchIndexLevelEnabled": "true",
         "managedLedgerMaxUnackedRangesToPersistInMetadataStore": "-1",
+        # Stream offsets: the message index on every entry, handed to clients too.
+        "brokerEntryMetadataInterceptors": (
+            "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor"
+        ),
+        "exposingBrokerEntryMetadataToClientEnabled": "true",
         "statsUpdateFrequencyInSecs": "5",
         "statsUpdateInitialDelayInSecs": "5",
         "managedLedgerNewEntriesCheckDelayInMillis": "0",
