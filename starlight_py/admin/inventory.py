@@ -85,7 +85,7 @@ def bindings(ctx: AdminContext, vhost: str, include_default: bool = True) -> lis
                         binding_set.queue,
                         entry.routing_key,
                         entry.arguments,
-                        binding_set.topic,
+                        binding_set.subscription_topic,
                         binding_set.subscription,
                     )
                 )

@@ -41,8 +41,9 @@ def list_topics(ctx: AdminContext, args: argparse.Namespace) -> Table:
             raise AdminError(f"no exchange '{args.exchange}' in vhost '{args.vhost}'")
         exchange = found[0]
         bindings = [b for b in bindings if b.source == args.exchange]
-        if exchange.routing_type != naming.DIRECT_EXCHANGE_TYPE and exchange.name != "":
-            # One topic for the whole exchange, listed even while nothing is bound.
+        if exchange.routing_type == "fanout" and exchange.name != "":
+            # One topic for the whole exchange, listed even while nothing is bound (a topic
+            # or headers exchange's bindings each read a topic of their own).
             topic = naming.exchange_topic(namespace, exchange.name, exchange.routing_type, "")
             if not any(b.topic == topic.local for b in bindings):
                 unbound_topics.append(str(topic))

@@ -211,7 +211,11 @@ class Consumers:
                 await join_line(self, link)
             if start is not None:
                 link.topic_starts = await topic_starts(
-                    self.topology.admin, self.ctx.namespace, queue, [s.topic for s in sets], start
+                    self.topology.admin,
+                    self.ctx.namespace,
+                    queue,
+                    [s.subscription_topic for s in sets],
+                    start,
                 )
             if not link.waiting:
                 await self._subscribe_all(link, sets)
@@ -284,7 +288,7 @@ class Consumers:
         band = link.ranks[binding_set.subscription] = rank(binding_set)
         link.session.core.reads_band(link.core, band, backlog)
         if link.stream is not None:
-            start = await self._stream_start(link, binding_set.topic)
+            start = await self._stream_start(link, binding_set.subscription_topic)
             handle: ConsumerHandle = await open_stream_handle(
                 self.backend,
                 self.topology.admin,
@@ -319,7 +323,7 @@ class Consumers:
             # A binding the consume did not see yet (this proxy's cache catching up): where
             # the consumer starts on it, among every topic of the stream known now.
             known = self.cache.binding_sets_of_queue(self.ctx.vhost, link.queue)
-            topics = sorted({topic, *link.topic_starts, *(b.topic for b in known)})
+            topics = sorted({topic, *link.topic_starts, *(b.subscription_topic for b in known)})
             starts = await topic_starts(
                 self.topology.admin, self.ctx.namespace, link.queue, topics, link.stream
             )

@@ -182,6 +182,13 @@ def test_topics_names_the_pulsar_topics_and_subscriptions(
     assert [(t["topic"], t["queue"]) for t in orders] == [
         ("persistent://public/default/orders~~new~20order", "created")
     ]
+    # A topic exchange's binding reads a topic of its own (docs/mapping.md).
+    admin.ok("exchange", "declare", "events", "--type", "topic")
+    admin.ok("binding", "declare", "events", "created", "--routing-key", "a.*")
+    (events,) = admin.json("topics", "--exchange", "events")
+    assert events["topic"].startswith("persistent://public/default/events~~created~~")
+    assert events["subscription"].split("~~")[1] == events["topic"].rsplit("~~", 1)[1]
+    admin.ok("binding", "delete", "events", "created", "--routing-key", "a.*")
     by_queue = admin.json("topics", "--queue", "created")
     assert {t["exchange"] for t in by_queue} == {"", "orders"}
     assert all(t["subscription"].startswith("created~~") for t in by_queue)
