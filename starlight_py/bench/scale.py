@@ -29,6 +29,7 @@ import argparse
 import os
 import resource
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -178,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
         "stopped (default: 1800)",
     )
     parser.add_argument(
+        "--rpc-timeout",
+        type=float,
+        default=120.0,
+        help="seconds one declare, bind, consume, cancel or delete may wait for its answer "
+        "before the case fails (default: 120)",
+    )
+    parser.add_argument(
         "--idle-connections",
         type=int,
         default=5000,
@@ -259,6 +267,7 @@ def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
             ("--duration", args.duration <= 0),
             ("--drain", args.drain < 0),
             ("--setup-timeout", args.setup_timeout <= 0),
+            ("--rpc-timeout", args.rpc_timeout <= 0),
             ("--idle-connections", args.idle_connections < 0),
             ("--prime", args.prime < 0),
         )
@@ -300,6 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns 0 when the run finished (failed cases are in the tables), 1
     when nothing could be run, 2 for bad arguments."""
     args = parse_options(argv)
+    # SIGTERM stops a run as Ctrl-C does: the figures so far are printed, servers stopped.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _main(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         if args.work_dir is not None:
             work_dir: Path = args.work_dir.resolve()
@@ -369,24 +387,31 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
     results: list[CaseResult] = []
     began = time.monotonic()
     total = len(cases) * len(args.targets)
-    for index, case in enumerate(cases):
-        result = CaseResult(case)
-        for offset, system in enumerate(s for s in SYSTEMS if s in args.targets):
-            number = index * len(args.targets) + offset + 1
-            say(
-                f"[{number}/{total}] {case.label} against {system} "
-                f"({time.monotonic() - began:.0f} s so far)"
-            )
-            outcome = _run_case(args, servers, system, case, command, work_dir, run_id, number)
-            _say_outcome(outcome)
-            result.systems[system] = outcome
-        results.append(result)
     connections: list[ConnectionsResult] = []
-    if args.idle_connections > 0:
-        for system in (s for s in SYSTEMS if s in args.targets):
-            say(f"{args.idle_connections:,} idle connections against {system}")
-            connections.append(_run_connections(args, servers, system, command, work_dir))
-    say(f"all cases done in {time.monotonic() - began:.0f} s")
+    interrupted = False
+    try:
+        for index, case in enumerate(cases):
+            result = CaseResult(case)
+            results.append(result)
+            for offset, system in enumerate(s for s in SYSTEMS if s in args.targets):
+                number = index * len(args.targets) + offset + 1
+                say(
+                    f"[{number}/{total}] {case.label} against {system} "
+                    f"({time.monotonic() - began:.0f} s so far)"
+                )
+                outcome = _run_case(args, servers, system, case, command, work_dir, run_id, number)
+                _say_outcome(outcome)
+                result.systems[system] = outcome
+        if args.idle_connections > 0:
+            for system in (s for s in SYSTEMS if s in args.targets):
+                say(f"{args.idle_connections:,} idle connections against {system}")
+                connections.append(_run_connections(args, servers, system, command, work_dir))
+    except KeyboardInterrupt:
+        # A run of an hour stopped by hand still prints (and keeps) what it measured.
+        interrupted = True
+        say("interrupted: the figures so far follow; everything started is being stopped")
+    if not interrupted:
+        say(f"all cases done in {time.monotonic() - began:.0f} s")
     print()
     print(full_report(results, connections, HEARTBEAT_S))
     if args.json:
@@ -399,10 +424,11 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
             },
             "cases": [r.to_json() for r in results],
             "idle_connections": [c.to_json() for c in connections],
+            "interrupted": interrupted,
         }
         write_json(args.json, document)
         say(f"results written to {args.json}")
-    return 0
+    return 130 if interrupted else 0
 
 
 def _prime(
@@ -481,6 +507,7 @@ def _run_case(
         "warmup": args.warmup,
         "duration": args.duration,
         "drain": args.drain,
+        "rpc_timeout": args.rpc_timeout,
     }
     timeout = (
         2 * args.setup_timeout + args.idle + args.warmup + args.duration + args.drain
@@ -599,6 +626,7 @@ def _run_connections(
         "count": args.idle_connections,
         "heartbeat": HEARTBEAT_S,
         "idle": args.idle,
+        "rpc_timeout": args.rpc_timeout,
     }
     log = work_dir / "scale-cases" / f"connections-{system}.log"
     run = run_load(command, settings, log, on_event, args.setup_timeout + args.idle + 60)

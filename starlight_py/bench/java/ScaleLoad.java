@@ -161,6 +161,9 @@ public final class ScaleLoad {
     factory.setConnectionTimeout(60_000);
     factory.setHandshakeTimeout(60_000);
     factory.setShutdownTimeout(0);
+    // A declaration, bind, cancel or delete unanswered this long fails the case instead of
+    // holding the run (the client's default is 10 minutes).
+    factory.setChannelRpcTimeout((int) (decimal("rpc_timeout", 120) * 1000));
     if (consumers != null) {
       factory.setSharedExecutor(consumers);
     }
