@@ -21,6 +21,7 @@ from starlight_py.bench.scale_report import (
     cell,
     format_table,
     full_report,
+    notes,
     per_process_table,
     plan,
     rates_ms_per_s,
@@ -236,3 +237,13 @@ def test_figures_come_from_the_events_and_the_cpu_readings() -> None:
     assert out.lost == 0
     assert out.counts["published"] == 6000
     assert out.detail == "returned 2"
+
+
+def test_notes_name_the_case_and_system_with_something_to_say() -> None:
+    r = case_result()
+    r.systems["proxy"].detail = "returned 2"
+    r.systems["rabbitmq"].status, r.systems["rabbitmq"].detail = "error", "setup: refused"
+    assert notes([r]) == [
+        "topic 1,000 / proxy: ok. returned 2",
+        "topic 1,000 / rabbitmq: error. setup: refused",
+    ]
