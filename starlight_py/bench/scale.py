@@ -565,7 +565,10 @@ def _figures(
         ]
         if result.counts.get("skipped_slots"):
             skipped = result.counts["skipped_slots"]
-            problems.append(f"{skipped} publish slots skipped (1,000 unconfirmed)")
+            problems.append(
+                f"{skipped} publish slots skipped (the publisher was over 100 ms behind: "
+                "1,000 unconfirmed, or no CPU for it)"
+            )
         if drained.fields.get("publish_error"):
             problems.append(f"publisher: {drained.fields['publish_error']}")
         if window is not None and not window.number("delivered"):
