@@ -633,17 +633,26 @@ def _run_connections(
     }
     log = work_dir / "scale-cases" / f"connections-{system}.log"
     run = run_load(command, settings, log, on_event, args.setup_timeout + args.idle + 60)
+    problems = []
     if (opened := run.first("connections_open")) is not None:
         result.open_s = _seconds(opened.number("ms"))
+        if opened.number("failed"):
+            problems.append(
+                f"{opened.number('failed'):.0f} failed to open (the first: "
+                f"{opened.fields.get('first_failure')})"
+            )
     if "idle_begin" in cpu and "idle_end" in cpu:
         (t0, first), (t1, last) = cpu["idle_begin"], cpu["idle_end"]
         result.idle_ms_per_s = with_total(rates_ms_per_s(first, last, t1 - t0))
     ended = run.first("idle_end")
-    alive = ended.number("alive") if ended is not None else None
+    if ended is not None and (alive := ended.number("alive")) is not None:
+        result.opened = int(alive)
+        if alive < args.idle_connections:
+            problems.append(f"{alive:.0f} of {args.idle_connections} open at the window's end")
+    result.detail = "; ".join(problems)
     if run.error is not None:
-        result.status, result.detail = "error", f"{run.error} (log: {log})"
-    elif alive is not None and alive < args.idle_connections:
-        result.detail = f"{alive:.0f} of {args.idle_connections} connections still open"
+        result.status = "error"
+        result.detail = "; ".join([*problems, f"{run.error} (log: {log})"])
     kib = {p: result.kib_per_connection(p) for p in result.rss_after_kib}
     say(
         f"  -> opened in {result.open_s} s; KiB per connection: {kib}; CPU ms/s "

@@ -174,9 +174,10 @@ class ConnectionsResult:
     """Idle connections against one system."""
 
     system: str
-    count: int
+    count: int  # asked for
     status: str = "ok"
     detail: str = ""
+    opened: int | None = None  # open through the idle window (None: not known)
     open_s: float | None = None
     rss_before_kib: dict[str, int] = field(default_factory=dict)
     rss_after_kib: dict[str, int] = field(default_factory=dict)
@@ -185,9 +186,10 @@ class ConnectionsResult:
 
     def kib_per_connection(self, process: str) -> float | None:
         before, after = self.rss_before_kib.get(process), self.rss_after_kib.get(process)
-        if before is None or after is None or self.count <= 0 or self.status != "ok":
+        opened = self.count if self.opened is None else self.opened
+        if before is None or after is None or opened <= 0 or self.status != "ok":
             return None
-        return round((after - before) / self.count, 2)
+        return round((after - before) / opened, 2)
 
     def to_json(self) -> dict[str, Any]:
         document = asdict(self)
@@ -307,7 +309,7 @@ def connections_table(results: Sequence[ConnectionsResult]) -> str:
                 [
                     r.system if r.status == "ok" else f"{r.system} ({r.status})",
                     process,
-                    f"{r.count:,}",
+                    f"{r.opened if r.opened is not None else r.count:,} of {r.count:,}",
                     cell(r.open_s, 2),
                     cell(before / 1024 if before is not None else None),
                     cell(after / 1024 if after is not None else None),
@@ -356,4 +358,5 @@ def full_report(
     if connections:
         title = f"Idle connections (heartbeat {heartbeat_s} s; none = before they opened)"
         blocks += ["", title, connections_table(connections)]
+        blocks += [f"note: {c.system}: {c.status}. {c.detail}" for c in connections if c.detail]
     return "\n".join(blocks)

@@ -156,11 +156,14 @@ def test_the_full_report_has_every_block() -> None:
     )
     assert conns.kib_per_connection("proxy") == 50.0
     assert conns.kib_per_connection("pulsar") is None
+    conns.opened, conns.detail = 500, "500 failed to open"
+    assert conns.kib_per_connection("proxy") == 100.0
     text = full_report([case_result()], [conns], heartbeat_s=60)
     for title in ("Setup, delete", "Idle CPU", "RSS", "CPU per delivery", "Idle connections"):
         assert title in text
     assert "heartbeat 60 s" in text
-    assert "50.0" in text
+    assert "500 of 1,000" in text
+    assert "note: proxy: ok. 500 failed to open" in text
 
 
 def test_events_are_the_prefixed_json_lines() -> None:
