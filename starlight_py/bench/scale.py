@@ -283,6 +283,7 @@ class Servers:
     """Where each system listens and the first process of each of its servers."""
 
     urls: dict[str, str]  # system -> amqp:// URL
+    rabbitmq_version: str | None
     roots: dict[str, dict[str, int]]  # system -> process name -> group leader pid
     alive: dict[str, Callable[[], bool]]
 
@@ -363,11 +364,13 @@ def _start_servers(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -
         if endpoints.zookeeper_pid is not None:
             roots["proxy"]["zookeeper"] = endpoints.zookeeper_pid
         alive["proxy"] = proxy.alive
+    version = None
     if rabbit is not None:
-        say(f"RabbitMQ ready: {wait_rabbitmq(rabbit, urls['rabbitmq'])}")
+        version = wait_rabbitmq(rabbit, urls["rabbitmq"])
+        say(f"RabbitMQ ready: {version}")
         roots["rabbitmq"] = {"rabbitmq": rabbit.pid}
         alive["rabbitmq"] = rabbit.alive
-    return Servers(urls, roots, alive)
+    return Servers(urls, version, roots, alive)
 
 
 def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
@@ -375,7 +378,9 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
     # Fetched and compiled before any server starts: a failure should not cost their start.
     command = ensure_load_generator(log=say)
     servers = _start_servers(args, stack, work_dir)
-    machine = machine_info(None, PULSAR_VERSION if "proxy" in servers.urls else None)
+    machine = machine_info(
+        servers.rabbitmq_version, PULSAR_VERSION if "proxy" in servers.urls else None
+    )
     say(
         f"machine: {machine['nproc']} CPUs ({machine['cpu']}), {machine['ram_gib']} GiB, "
         f"load {machine['loadavg_at_start']}"
