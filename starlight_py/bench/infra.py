@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from starlight_py.local import (
@@ -50,6 +50,7 @@ class PulsarEndpoints:
     web_url: str
     zookeeper: str
     pulsar_pid: int | None  # None when the servers are someone else's (environment)
+    zookeeper_pid: int | None = None  # the local ZooKeeper's JVM, when it is ours
 
 
 def pulsar_settings(pairs: Sequence[str]) -> dict[str, str]:
@@ -90,7 +91,10 @@ def start_pulsar(
         stack.callback(_quietly, "ZooKeeper", zookeeper.stop)
         zookeeper.start()
         if cluster:
-            return start_pulsar_cluster(stack, base, zookeeper.connect_string)
+            return replace(
+                start_pulsar_cluster(stack, base, zookeeper.connect_string),
+                zookeeper_pid=zookeeper.pid,
+            )
         pulsar = PulsarStandalone(
             base / "pulsar",
             distribution=distribution,
@@ -101,7 +105,9 @@ def start_pulsar(
         pulsar.start()
     except LocalInfraError as e:
         raise BenchError(str(e)) from e
-    return PulsarEndpoints(pulsar.service_url, pulsar.web_url, zookeeper.connect_string, pulsar.pid)
+    return PulsarEndpoints(
+        pulsar.service_url, pulsar.web_url, zookeeper.connect_string, pulsar.pid, zookeeper.pid
+    )
 
 
 def start_pulsar_cluster(stack: ExitStack, base: Path, zookeeper: str) -> PulsarEndpoints:
