@@ -59,6 +59,8 @@ from starlight_py.units import SECONDS
 if TYPE_CHECKING:
     from starlight_py.gateway.server import ProxyServices
 
+OPEN_TICK_LIMIT = 5.0  # s: the longest an open connection's timer task sleeps
+
 log = logging.getLogger("starlight.connection")
 
 CLOSE_OK_TIMEOUT = 3 * SECONDS
@@ -652,8 +654,23 @@ class ClientConnection:
                 elif now - self._last_sent >= heartbeat / 2:
                     self.conn.send_heartbeat()
             self._kick()
-            tick = min(1.0, heartbeat / 4) if heartbeat else 1.0
-            await trio.sleep(max(0.05, tick))
+            await trio.sleep(self._next_tick(trio.current_time(), heartbeat))
+
+    def _next_tick(self, now: float, heartbeat: float) -> float:
+        """How long `_timers` may sleep. An open connection wakes when its next heartbeat is
+        due to be sent or missed, or its credential expires, and at least every
+        `OPEN_TICK_LIMIT` (an idle connection with a 60 s heartbeat wakes once every 5 s,
+        not every second: thousands of them cost thousands of wake-ups a second otherwise).
+        During the handshake and the close it looks every second, as before."""
+        if not self.conn.is_open or self.conn.state is ConnectionState.CLOSING:
+            return max(0.05, min(1.0, heartbeat / 4) if heartbeat else 1.0)
+        due = [OPEN_TICK_LIMIT]
+        if heartbeat:
+            due.append(self._last_sent + heartbeat / 2 - now)
+            due.append(self._last_received + 2 * heartbeat - now)
+        if self._credential_deadline is not None:
+            due.append(self._credential_deadline - now)
+        return max(0.05, min(due))
 
     # ---- graceful shutdown (see gateway/shutdown.py) ----------------------------------------
 
