@@ -70,6 +70,9 @@ def test_standalone_conf_rewrites_existing_keys_and_appends_missing_ones():
             "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor"
         ),
         "exposingBrokerEntryMetadataToClientEnabled": "true",
+        # Many idle topics: the entry cache's eviction 10 times a second.
+        "managedLedgerCacheEvictionFrequency": "10",
+        "managedLedgerCacheEvictionIntervalMs": "100",
         "statsUpdateFrequencyInSecs": "5",
         "statsUpdateInitialDelayInSecs": "5",
         "managedLedgerNewEntriesCheckDelayInMillis": "0",
