@@ -11,7 +11,8 @@ then runs each case (``scale_report.plan``) against the proxy, then against Rabb
   queue names as routing keys;
 - ``fanout N``: N queues bound to one fanout exchange (each message goes to every queue).
 
-Each case is one run of the Java load generator (``scale_load``, ``java/ScaleLoad.java``):
+Each case is one run of the Java load generator (``scale_load``, ``java/ScaleLoad.java``,
+run and measured by ``scale_runs``):
 setup (declare, bind, one consumer per queue, from ``--connections`` connections at once),
 an idle window (consumers attached, nothing published), traffic at ``--rate`` deliveries/s
 in total (256 B persistent messages, publisher confirms, manual acks; a warm-up, then the
@@ -33,18 +34,15 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from starlight_py.bench.cpu import read_processes, server_members
 from starlight_py.bench.infra import (
     BenchError,
     GroupProcess,
     pulsar_settings,
-    rss_kib,
     say,
     start_proxy,
     start_pulsar,
@@ -52,28 +50,27 @@ from starlight_py.bench.infra import (
     wait_rabbitmq,
 )
 from starlight_py.bench.report import machine_info, write_json
-from starlight_py.bench.scale_load import LoadRun, ScaleEvent, ensure_load_generator, run_load
+from starlight_py.bench.scale_load import ensure_load_generator
 from starlight_py.bench.scale_report import (
     KINDS,
     SYSTEMS,
     Case,
     CaseResult,
     ConnectionsResult,
-    SystemResult,
     full_report,
     plan,
-    rates_ms_per_s,
-    us_per_delivery,
-    with_total,
+)
+from starlight_py.bench.scale_runs import (
+    HEARTBEAT_S,
+    Servers,
+    run_case,
+    run_connections,
+    say_outcome,
 )
 from starlight_py.local import PULSAR_VERSION
 
 DEFAULT_SIZES = (1, 10, 100, 1000, 10000)
 DEFAULT_FANOUT_SIZES = (10, 100)
-# Beyond setup and delete (each bounded by --setup-timeout): JVM start, connections.
-_CASE_ALLOWANCE = 60.0
-HEARTBEAT_S = 60  # of the idle connections, as applications commonly ask
-_CPU_EVENTS = ("idle_begin", "idle_end", "window_begin", "window_end")
 
 
 def _counts(text: str) -> list[int]:
@@ -278,34 +275,6 @@ def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-@dataclass(frozen=True)
-class Servers:
-    """Where each system listens and the first process of each of its servers."""
-
-    urls: dict[str, str]  # system -> amqp:// URL
-    rabbitmq_version: str | None
-    roots: dict[str, dict[str, int]]  # system -> process name -> group leader pid
-    alive: dict[str, Callable[[], bool]]
-
-
-def cpu_seconds(roots: Mapping[str, int]) -> dict[str, float]:
-    """CPU seconds so far of each server (its process groups, see ``cpu.server_members``)."""
-    table = read_processes()
-    return {
-        name: sum(table[pid].cpu_seconds for pid in server_members(root, table))
-        for name, root in roots.items()
-    }
-
-
-def rss_by_server(roots: Mapping[str, int]) -> dict[str, int]:
-    """VmRSS in KiB of each server, its processes added up."""
-    table = read_processes()
-    return {
-        name: sum(rss_kib(pid) or 0 for pid in server_members(root, table))
-        for name, root in roots.items()
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns 0 when the run finished (failed cases are in the tables), 1
     when nothing could be run, 2 for bad arguments."""
@@ -404,13 +373,13 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
                     f"[{number}/{total}] {case.label} against {system} "
                     f"({time.monotonic() - began:.0f} s so far)"
                 )
-                outcome = _run_case(args, servers, system, case, command, work_dir, run_id, number)
-                _say_outcome(outcome)
+                outcome = run_case(args, servers, system, case, command, work_dir, run_id, number)
+                say_outcome(outcome)
                 result.systems[system] = outcome
         if args.idle_connections > 0:
             for system in (s for s in SYSTEMS if s in args.targets):
                 say(f"{args.idle_connections:,} idle connections against {system}")
-                connections.append(_run_connections(args, servers, system, command, work_dir))
+                connections.append(run_connections(args, servers, system, command, work_dir))
     except KeyboardInterrupt:
         # A run of an hour stopped by hand still prints (and keeps) what it measured.
         interrupted = True
@@ -449,222 +418,9 @@ def _prime(
     primed.idle, primed.warmup, primed.duration = 1.0, 1.0, args.prime
     for system in (s for s in SYSTEMS if s in args.targets):
         say(f"priming {system} for {args.prime:g} s (not recorded)")
-        outcome = _run_case(primed, servers, system, Case("topic", 1), command, work_dir, run_id, 0)
+        outcome = run_case(primed, servers, system, Case("topic", 1), command, work_dir, run_id, 0)
         if outcome.status != "ok" or outcome.detail:
             say(f"  priming {system}: {outcome.status} {outcome.detail}")
-
-
-def _progress(system: str) -> Callable[[ScaleEvent], None]:
-    def show(event: ScaleEvent) -> None:
-        if event.name == "progress":
-            say(
-                f"  {system} {event.fields.get('phase')}: "
-                f"{event.fields.get('done'):,}/{event.fields.get('of'):,}"
-            )
-        elif event.name in ("setup_done", "delete_done", "connections_open"):
-            say(f"  {event.name.replace('_', ' ')} in {(event.number('ms') or 0) / 1000:.2f} s")
-        elif event.name in ("idle_begin", "window_begin", "traffic_begin"):
-            say(f"  {event.name.replace('_', ' ')}")
-        elif event.name == "error":
-            say(f"  error in {event.fields.get('phase')}: {event.fields.get('message')}")
-
-    return show
-
-
-def _run_case(
-    args: argparse.Namespace,
-    servers: Servers,
-    system: str,
-    case: Case,
-    command: Sequence[str],
-    work_dir: Path,
-    run_id: str,
-    number: int,
-) -> SystemResult:
-    result = SystemResult(system)
-    if not servers.alive[system]():
-        result.status, result.detail = "skipped", f"{system} is not running"
-        return result
-    roots = servers.roots[system]
-    cpu: dict[str, tuple[float, dict[str, float]]] = {}
-    show = _progress(system)
-
-    def on_event(event: ScaleEvent) -> None:
-        if event.name in _CPU_EVENTS:
-            cpu[event.name] = (time.monotonic(), cpu_seconds(roots))
-        if event.name == "idle_end":
-            rss = rss_by_server(roots)
-            result.rss_mib = with_total({k: round(v / 1024, 1) for k, v in rss.items()})
-        show(event)
-
-    name = f"{number:02d}-{case.kind}-{case.queues}-{system}"
-    settings = {
-        "mode": "topology",
-        "uri": servers.urls[system],
-        "kind": case.kind,
-        "queues": case.queues,
-        "prefix": f"scale-{run_id}-{name}",
-        "connections": args.connections,
-        "size": args.size,
-        "prefetch": args.prefetch,
-        "rate": args.rate,
-        "idle": args.idle,
-        "warmup": args.warmup,
-        "duration": args.duration,
-        "drain": args.drain,
-        "rpc_timeout": args.rpc_timeout,
-    }
-    timeout = (
-        2 * args.setup_timeout + args.idle + args.warmup + args.duration + args.drain
-    ) + _CASE_ALLOWANCE
-    log = work_dir / "scale-cases" / f"{name}.log"
-    run = run_load(command, settings, log, on_event, timeout)
-    _figures(run, cpu, result)
-    result.offered_per_s = args.rate
-    if run.error is not None:
-        result.status, result.detail = "error", f"{run.error} (log: {log})"
-    if not servers.alive[system]():
-        result.status = "error"
-        result.detail = f"{system} exited during the case; {result.detail}".strip("; ")
-    return result
-
-
-def _figures(
-    run: LoadRun, cpu: Mapping[str, tuple[float, dict[str, float]]], result: SystemResult
-) -> None:
-    """Fill ``result`` from the generator's events and the CPU readings at their edges."""
-    if (setup := run.first("setup_done")) is not None:
-        result.setup_s = _seconds(setup.number("ms"))
-    if (delete := run.first("delete_done")) is not None:
-        result.delete_s = _seconds(delete.number("ms"))
-    if "idle_begin" in cpu and "idle_end" in cpu:
-        (t0, before), (t1, after) = cpu["idle_begin"], cpu["idle_end"]
-        result.idle_ms_per_s = with_total(rates_ms_per_s(before, after, t1 - t0))
-    window = run.first("window_end")
-    if window is not None:
-        seconds = window.number("seconds") or 0.0
-        delivered = int(window.number("delivered") or 0)
-        if seconds > 0:
-            result.delivered_per_s = round(delivered / seconds, 1)
-            result.published_per_s = round((window.number("published") or 0) / seconds, 1)
-        latency = window.fields.get("latency_us") or []
-        if len(latency) >= 2:
-            result.p50_ms = round(latency[0] / 1000, 2)
-            result.p99_ms = round(latency[1] / 1000, 2)
-        if "window_begin" in cpu and "window_end" in cpu:
-            (t0, before), (t1, after) = cpu["window_begin"], cpu["window_end"]
-            idle = {k: v for k, v in result.idle_ms_per_s.items() if k in before}
-            result.us_per_delivery = with_total(
-                us_per_delivery(before, after, t1 - t0, idle, delivered)
-            )
-    drained = run.first("drained")
-    if drained is not None:
-        result.counts = {
-            k: int(v) for k, v in drained.fields.items() if isinstance(v, int) and k != "t_ms"
-        }
-        result.lost = result.counts.get("lost")
-        problems = [
-            f"{k} {result.counts[k]}"
-            for k in ("nacked", "returned", "unconfirmed", "duplicates", "misrouted")
-            if result.counts.get(k)
-        ]
-        if result.counts.get("skipped_slots"):
-            skipped = result.counts["skipped_slots"]
-            problems.append(
-                f"{skipped} publish slots skipped (the publisher was over 100 ms behind: "
-                "1,000 unconfirmed, or no CPU for it)"
-            )
-        if drained.fields.get("publish_error"):
-            problems.append(f"publisher: {drained.fields['publish_error']}")
-        if window is not None and not window.number("delivered"):
-            problems.append("nothing delivered in the measured window")
-        if problems:
-            result.detail = "; ".join(problems)
-
-
-def _seconds(ms: float | None) -> float | None:
-    return None if ms is None else round(ms / 1000, 3)
-
-
-def _say_outcome(result: SystemResult) -> None:
-    if result.status != "ok":
-        say(f"  -> {result.status}: {result.detail}")
-        return
-    per = ", ".join(f"{k} {v:g}" for k, v in result.us_per_delivery.items())
-    idle = ", ".join(f"{k} {v:g}" for k, v in result.idle_ms_per_s.items())
-    say(
-        f"  -> setup {result.setup_s} s, delete {result.delete_s} s, "
-        f"{result.delivered_per_s} msg/s, p50 {result.p50_ms} ms, p99 {result.p99_ms} ms, "
-        f"lost {result.lost}; idle ms/s: {idle}; µs/delivery: {per}"
-        + (f" ({result.detail})" if result.detail else "")
-    )
-
-
-def _run_connections(
-    args: argparse.Namespace,
-    servers: Servers,
-    system: str,
-    command: Sequence[str],
-    work_dir: Path,
-) -> ConnectionsResult:
-    result = ConnectionsResult(system, args.idle_connections)
-    if not servers.alive[system]():
-        result.status, result.detail = "skipped", f"{system} is not running"
-        return result
-    roots = servers.roots[system]
-    # What the system costs with no connection at all, over a window as long.
-    before = (time.monotonic(), cpu_seconds(roots))
-    time.sleep(args.idle)
-    after = (time.monotonic(), cpu_seconds(roots))
-    result.baseline_ms_per_s = with_total(rates_ms_per_s(before[1], after[1], after[0] - before[0]))
-    result.rss_before_kib = rss_by_server(roots)
-    cpu: dict[str, tuple[float, dict[str, float]]] = {}
-    show = _progress(system)
-
-    def on_event(event: ScaleEvent) -> None:
-        if event.name in ("idle_begin", "idle_end"):
-            cpu[event.name] = (time.monotonic(), cpu_seconds(roots))
-        if event.name == "idle_end":
-            result.rss_after_kib = rss_by_server(roots)
-        show(event)
-
-    settings = {
-        "mode": "connections",
-        "uri": servers.urls[system],
-        "count": args.idle_connections,
-        "heartbeat": HEARTBEAT_S,
-        "idle": args.idle,
-        "rpc_timeout": args.rpc_timeout,
-    }
-    log = work_dir / "scale-cases" / f"connections-{system}.log"
-    run = run_load(command, settings, log, on_event, args.setup_timeout + args.idle + 60)
-    problems = []
-    if (opened := run.first("connections_open")) is not None:
-        result.open_s = _seconds(opened.number("ms"))
-        if opened.number("failed"):
-            problems.append(
-                f"{opened.number('failed'):.0f} failed to open (the first: "
-                f"{opened.fields.get('first_failure')})"
-            )
-    if "idle_begin" in cpu and "idle_end" in cpu:
-        (t0, first), (t1, last) = cpu["idle_begin"], cpu["idle_end"]
-        result.idle_ms_per_s = with_total(rates_ms_per_s(first, last, t1 - t0))
-    ended = run.first("idle_end")
-    if ended is not None and (alive := ended.number("alive")) is not None:
-        result.opened = int(alive)
-        if alive < args.idle_connections:
-            problems.append(f"{alive:.0f} of {args.idle_connections} open at the window's end")
-    result.detail = "; ".join(problems)
-    if run.error is not None:
-        result.status = "error"
-        result.detail = "; ".join([*problems, f"{run.error} (log: {log})"])
-    kib = {p: result.kib_per_connection(p) for p in result.rss_after_kib}
-    say(
-        f"  -> opened in {result.open_s} s; KiB per connection: {kib}; CPU ms/s "
-        f"{result.idle_ms_per_s} (none open: {result.baseline_ms_per_s})"
-        + (f" ({result.status}: {result.detail})" if result.detail else "")
-    )
-    return result
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from starlight_py.bench.scale import _figures, parse_options
+from starlight_py.bench.scale import parse_options
 from starlight_py.bench.scale_load import (
     SOURCE,
     LoadRun,
@@ -31,6 +31,7 @@ from starlight_py.bench.scale_report import (
     us_per_delivery,
     with_total,
 )
+from starlight_py.bench.scale_runs import figures
 
 
 def test_the_plan_runs_topic_then_default_then_fanout() -> None:
@@ -230,7 +231,7 @@ def test_figures_come_from_the_events_and_the_cpu_readings() -> None:
         "window_end": (30.0, {"proxy": 2.2}),  # 1.2 s - 0.2 s idle = 1 s for 5000
     }
     out = SystemResult("proxy")
-    _figures(run, cpu, out)
+    figures(run, cpu, out)
     assert out.setup_s == 2.5
     assert out.delete_s == 1.25
     assert out.idle_ms_per_s == {"proxy": 20.0, ALL: 20.0}
