@@ -9,7 +9,8 @@ async function usersLive() {
   return [table([
     ["name", "Name", (u) => u.name],
     ["tags", "Tags", (u) => (u.tags || []).join(", ")],
-    ["password", "Password", (u) => (u.password_hash ? u.hashing_algorithm || "yes" : "none")],
+    ["password", "Password", (u) => (u.password_hash
+      ? (u.hashing_algorithm || "yes").replace("rabbit_password_hashing_", "") : "none")],
     ["delete", "", (u) => (u.password_hash ? button("Delete", async () => {
       if (!confirm(`Delete user ${u.name} and its permissions?`)) return;
       await api("DELETE", `/users/${enc(u.name)}`);

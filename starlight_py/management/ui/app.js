@@ -444,6 +444,7 @@ function pulsarSection(view) {
   return section("In Pulsar",
     el("p", { class: "hint" }, `Namespace ${view.namespace}. Each binding set is read through one ` +
       "subscription; an unbind retires its subscription, which drains what was routed before it."),
+    el("h4", {}, "Topics"),
     el("div", { class: "pulsar-topics" }, table([
       ["topic", "Topic", (t) => t.topic],
       ["owner", "Owner broker", (t) => t.error || t.owner_broker || (t.exists ? "" : "not created yet")],
@@ -452,6 +453,7 @@ function pulsarSection(view) {
       ["subscriptions", "Subscriptions", (t) => t.subscriptions],
       ["rate_in", "Rate in", (t) => (typeof t.msg_rate_in === "number" ? `${t.msg_rate_in.toFixed(1)}/s` : "")],
     ], view.topics)),
+    el("h4", {}, "Subscriptions"),
     el("div", { class: "pulsar-subscriptions" }, table([
       ["subscription", "Subscription", (s) => s.subscription],
       ["topic", "Topic", (s) => s.topic.replace(`persistent://${view.namespace}/`, "")],
@@ -478,7 +480,7 @@ async function queueLive(vhost, name) {
     facts([
       ...queueColumns.slice(2).map(([key, title, value]) => [title, value(queue), key]),
       ["Arguments", json(queue.arguments)],
-      ["Policy", queue.policy || ""],
+      ["Policy", queue.policy || "", "policy"],
     ]),
     el("div", { class: "chart-head" }, chartRange(refreshNow)),
     queueCharts(queue, queue.message_stats),

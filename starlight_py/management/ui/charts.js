@@ -59,8 +59,8 @@ function lineChart(name, title, series, format) {
     svg("line", { x1: left, x2: width - right, y1: y(max * f), y2: y(max * f), class: "grid" }),
     svg("text", { x: left - 6, y: y(max * f) + 4, "text-anchor": "end", class: "axis" }, format(max * f)),
   ]);
-  const minutes = age / 60;
-  const times = [[from, `-${minutes} min`], [from + (now - from) / 2, `-${minutes / 2} min`], [now, "now"]]
+  const ago = (seconds) => (seconds < 120 ? `-${seconds} s` : `-${seconds / 60} min`);
+  const times = [[from, ago(age)], [from + (now - from) / 2, ago(age / 2)], [now, "now"]]
     .map(([t, label], i) => svg("text", {
       x: x(t), y: height - 4, class: "axis", "text-anchor": ["start", "middle", "end"][i],
     }, label));
