@@ -95,15 +95,21 @@ def _queue_totals(call: ApiCall, asked: SamplesAsked) -> dict[str, Any]:
     at = call.context.samples.now()
     keys: list[Hashable] = []
     total = Sample()
+    counts = ("messages", "messages_ready", "messages_unacknowledged")
+    changes = dict.fromkeys(counts, 0.0)
     for record in visible_vhosts(call):
         for reading in queues.read_vhost_queues(call, record, at):
             total = total.plus(reading.sample)
+            for name in counts:
+                changes[name] += reading.shaped[f"{name}_details"]["rate"]
         keys.append(queues.vhost_key(record.name))
     totals: dict[str, Any] = {
         "messages": total.ready + total.unacked,
         "messages_ready": total.ready,
         "messages_unacknowledged": total.unacked,
     }
+    for name in counts:
+        totals[f"{name}_details"] = {"rate": round(changes[name], 1)}
     flow = QueueFlow(
         publish_rate=total.publish_rate,
         deliver_rate=total.deliver_rate,
