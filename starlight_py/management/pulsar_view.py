@@ -160,6 +160,8 @@ def _topic_facts(admin: PulsarAdmin, topic: TopicName) -> tuple[TopicStats | Non
 
 
 def queue_in_pulsar(call: ApiCall) -> Answer:
+    """The queue's topics and subscriptions with Pulsar's numbers. Raises ObjectNotFound
+    (no such queue or vhost); a topic Pulsar does not answer for carries its `error`."""
     record = usable_vhost(call, call.params["vhost"])
     name = call.params["name"]
     services = call.context.services

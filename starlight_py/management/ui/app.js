@@ -393,8 +393,7 @@ function publishForm(vhost, name) {
 function exchangeActions(vhost, name) {
   const actions = [publishForm(vhost, name)];
   if (name && !name.startsWith("amq.")) {
-    actions.unshift(bindForm(vhost, { kind: "exchange", name }));
-    actions.push(deleteExchangeForm(vhost, name));
+    actions.push(bindForm(vhost, { kind: "exchange", name }), deleteExchangeForm(vhost, name));
   }
   return actions;
 }
