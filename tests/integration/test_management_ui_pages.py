@@ -158,6 +158,19 @@ def test_declare_a_queue_and_an_exchange_and_bind_them_through_the_forms(
     listed = ours.call("GET", f"/api/exchanges/%2F/{EXCHANGE}/bindings/source").body
     assert [(b["destination"], b["routing_key"]) for b in listed] == [(QUEUE, "orders.#")]
 
+    # From the exchange's page: bind once more, then unbind with the row's button.
+    driver.find_element(By.LINK_TEXT, EXCHANGE).click()
+    until(driver, lambda d: d.find_element(By.ID, "title").text == f"Exchange {EXCHANGE}")
+    fill(driver, "bind_other", QUEUE)
+    fill(driver, "bind_routing_key", "extra.*")
+    submit_until(driver, "Bind", "Bound.")
+    until(driver, lambda d: cell(d, "destination", routing_key="extra.*") == QUEUE)
+    row_button(driver, "Unbind", routing_key="extra.*").click()
+    confirm_alert(driver)
+    until(driver, lambda d: cell(d, "destination", routing_key="extra.*") is None)
+    listed = ours.call("GET", f"/api/exchanges/%2F/{EXCHANGE}/bindings/source").body
+    assert [b["routing_key"] for b in listed] == ["orders.#"]
+
 
 def test_charts_fill_and_the_pulsar_view_lists_the_subscription(
     ours: Management, ui: webdriver.Chrome
