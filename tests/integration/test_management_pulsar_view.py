@@ -6,6 +6,7 @@ backlogs, the retired ones draining), and the samples the web UI charts (RabbitM
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -25,14 +26,25 @@ def ours(services: ServiceEndpoints) -> Iterator[Management]:
         yield management
 
 
+def set_up(ours: Management, method: str, path: str, body: Any) -> int:
+    """The status of a setup call, asked again while it is 503: a Pulsar just started on a
+    loaded machine may not answer its first admin calls within the proxy's timeout."""
+    deadline = time.monotonic() + 90
+    while True:
+        status = ours.call(method, path, body).status
+        if status != 503 or time.monotonic() > deadline:
+            return status
+        time.sleep(1)
+
+
 @pytest.fixture
 def bound_queue(ours: Management) -> Iterator[tuple[str, str]]:
     """A queue bound to a direct exchange with the key `k` (queue, exchange)."""
     queue, exchange = unique("q", "pview"), unique("x", "pview")
-    assert ours.call("PUT", f"/api/exchanges/%2F/{exchange}", {"type": "direct"}).status == 201
-    assert ours.call("PUT", f"/api/queues/%2F/{queue}", {"durable": True}).status == 201
-    bind = ours.call("POST", f"/api/bindings/%2F/e/{exchange}/q/{queue}", {"routing_key": "k"})
-    assert bind.status == 201
+    assert set_up(ours, "PUT", f"/api/exchanges/%2F/{exchange}", {"type": "direct"}) == 201
+    assert set_up(ours, "PUT", f"/api/queues/%2F/{queue}", {"durable": True}) == 201
+    bind = set_up(ours, "POST", f"/api/bindings/%2F/e/{exchange}/q/{queue}", {"routing_key": "k"})
+    assert bind == 201
     yield queue, exchange
     ours.call("DELETE", f"/api/queues/%2F/{queue}")
     ours.call("DELETE", f"/api/exchanges/%2F/{exchange}")
