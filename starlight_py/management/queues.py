@@ -55,6 +55,8 @@ def _shaped(call: ApiCall, record: VhostRecord, queue: Queue, at: float) -> Queu
 
 @dataclass(frozen=True)
 class QueueReading:
+    """A queue as the API lists it, and what of it the charts keep."""
+
     shaped: dict[str, Any]
     sample: Sample
 
