@@ -152,6 +152,16 @@ class SubscriptionStats:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicStats:
+    """One topic's stats: what it stores (every subscription's backlog shares it, and
+    retention may keep more) and its subscriptions by name."""
+
+    storage_size: int  # bytes
+    producers: int
+    subscriptions: dict[str, SubscriptionStats] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class PeekedMessage:
     """A message seen through the admin API without consuming it. A batch entry is seen
     whole: `properties` are then its first message's and `batch` has every message's (its
@@ -600,18 +610,24 @@ class PulsarAdmin:
         (`with_bytes`: and the backlog's stored size, which costs the broker more); empty
         when the topic does not exist. Raises PulsarAdminError or BackendUnavailable.
         """
+        stats = self.topic_stats(topic, with_bytes)
+        return {} if stats is None else stats.subscriptions
+
+    def topic_stats(self, topic: TopicName, with_bytes: bool = False) -> TopicStats | None:
+        """The topic's stored size and producers, and `subscription_stats`; None when the
+        topic does not exist. Raises PulsarAdminError or BackendUnavailable."""
         query = "?subscriptionBacklogSize=true" if with_bytes else ""
         try:
             answer = self._request("GET", f"/admin/v2/{topic.rest_path}/stats{query}")
         except PulsarAdminError as e:
             if e.status == 404:
-                return {}
+                return None
             raise
         if self.message_backlogs is None:
             self.message_backlogs = self.has_message_backlogs()
         in_messages = self._message_backlogs_or_none(topic) if self.message_backlogs else None
         try:
-            return {
+            subscriptions = {
                 name: SubscriptionStats(
                     backlog=_backlog(stats, name, in_messages),
                     unacked=int(stats.get("unackedMessages", 0)),
@@ -632,6 +648,11 @@ class PulsarAdmin:
                 )
                 for name, stats in answer.get("subscriptions", {}).items()
             }
+            return TopicStats(
+                storage_size=max(0, int(answer.get("storageSize", 0))),
+                producers=len(answer.get("publishers", [])),
+                subscriptions=subscriptions,
+            )
         except (TypeError, ValueError, AttributeError) as e:
             raise PulsarAdminError(200, f"unexpected stats answer for {topic}") from e
 

@@ -30,6 +30,7 @@ from starlight_py.management.errors import (
 from starlight_py.management.http_server import HttpRequest, HttpResponse
 from starlight_py.management.rates import CountRates
 from starlight_py.management.routing import Router, parse_target
+from starlight_py.management.samples import SampleHistory
 from starlight_py.management.shapes import json_body
 from starlight_py.model.addresses import host_port
 
@@ -71,6 +72,7 @@ class ApiContext:
     admin: AdminContext = field(init=False)
     default_vhost_seen: bool = False  # vhost_access.ensure_default_vhost
     rates: CountRates = field(default_factory=CountRates)
+    samples: SampleHistory = field(default_factory=SampleHistory)  # for charts
 
     def __post_init__(self) -> None:
         self.admin = AdminContext.sharing(self.services.config, self.services.topology)

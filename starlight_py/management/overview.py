@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Hashable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -13,11 +14,14 @@ from pamqp.commands import Basic
 from starlight_py import __version__
 from starlight_py.admin import vhost_commands
 from starlight_py.cluster.connection_reports import read_reports
+from starlight_py.management import queues
 from starlight_py.management.api import CREATED, NO_CONTENT, Answer, ApiCall
 from starlight_py.management.errors import ServiceUnavailable
 from starlight_py.management.messages import loopback_client
+from starlight_py.management.samples import Sample, SamplesAsked, samples_asked
 from starlight_py.management.shapes import NODE, listed, vhost_json
 from starlight_py.management.vhost_access import usable_vhost, visible_vhosts
+from starlight_py.model.counts import QueueFlow
 from starlight_py.model.topology import EXCHANGE_TYPES, Queue
 
 RABBITMQ_VERSION = "3.10.8"  # the management API version whose shapes we serve
@@ -50,7 +54,7 @@ def overview(call: ApiCall) -> Answer:
                 "port": parts.port,
             }
         )
-    value = {
+    value: dict[str, Any] = {
         "management_version": RABBITMQ_VERSION,
         "rates_mode": "none",
         "exchange_types": [
@@ -78,7 +82,44 @@ def overview(call: ApiCall) -> Answer:
         "contexts": [{"node": NODE, "description": "starlight-py management", "path": "/"}],
         "starlight_proxy_id": services.proxy_id,
     }
+    asked = samples_asked(call.query)
+    if asked.any:
+        value.update(_queue_totals(call, asked))
     return Answer(200, value)
+
+
+def _queue_totals(call: ApiCall, asked: SamplesAsked) -> dict[str, Any]:
+    """RabbitMQ's `queue_totals` and `message_stats` with their samples, summed over the
+    visible vhosts: asked for with `lengths_age` or `msg_rates_age`, since they read every
+    queue's counts as listing the queues does."""
+    at = call.context.samples.now()
+    keys: list[Hashable] = []
+    total = Sample()
+    counts = ("messages", "messages_ready", "messages_unacknowledged")
+    changes = dict.fromkeys(counts, 0.0)
+    for record in visible_vhosts(call):
+        for reading in queues.read_vhost_queues(call, record, at):
+            total = total.plus(reading.sample)
+            for name in counts:
+                changes[name] += reading.shaped[f"{name}_details"]["rate"]
+        keys.append(queues.vhost_key(record.name))
+    totals: dict[str, Any] = {
+        "messages": total.ready + total.unacked,
+        "messages_ready": total.ready,
+        "messages_unacknowledged": total.unacked,
+    }
+    for name in counts:
+        totals[f"{name}_details"] = {"rate": round(changes[name], 1)}
+    flow = QueueFlow(
+        publish_rate=total.publish_rate,
+        deliver_rate=total.deliver_rate,
+        ack_rate=total.ack_rate,
+    )
+    stats = flow.message_stats()
+    del stats["publish"]  # a count of topics an exchange's queues share: no sum
+    shaped = queues.with_samples(call, {**totals, "message_stats": stats}, keys, asked)
+    message_stats = shaped.pop("message_stats")
+    return {"queue_totals": shaped, "message_stats": message_stats}
 
 
 def whoami(call: ApiCall) -> Answer:

@@ -14,6 +14,7 @@ from starlight_py.management import (
     messages,
     overview,
     policies,
+    pulsar_view,
     queues,
     users,
 )
@@ -50,6 +51,7 @@ def build_router() -> Router[Endpoint]:
     r.add("/api/queues/{vhost}/{name}/contents", DELETE=queues.purge_queue)
     r.add("/api/queues/{vhost}/{name}/bindings", GET=queues.queue_bindings)
     r.add("/api/queues/{vhost}/{name}/get", POST=messages.get)
+    r.add("/api/queues/{vhost}/{name}/pulsar", GET=pulsar_view.queue_in_pulsar)
 
     r.add("/api/exchanges", GET=exchanges.list_exchanges)
     r.add("/api/exchanges/{vhost}", GET=exchanges.list_exchanges)

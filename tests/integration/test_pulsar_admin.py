@@ -251,6 +251,28 @@ def test_subscription_stats_of_a_missing_topic_are_empty(admin: PulsarAdmin) -> 
     assert admin.subscription_stats(fanout_topic()) == {}
 
 
+def test_topic_stats_give_the_stored_size_producers_and_subscriptions(
+    admin: PulsarAdmin, client: pulsar.Client
+) -> None:
+    topic = fanout_topic()
+    assert admin.topic_stats(topic) is None
+    admin.create_subscription(topic, "sub")
+    producer = client.create_producer(str(topic))
+    try:
+        producer.send(b"x" * 1000)
+        stats = eventually(
+            lambda: admin.topic_stats(topic, with_bytes=True),
+            lambda s: s is not None and s.storage_size > 0,
+        )
+        assert stats is not None
+        assert stats.storage_size >= 1000
+        assert stats.producers == 1
+        assert stats.subscriptions["sub"].backlog == 1
+        assert stats.subscriptions["sub"].backlog_bytes >= 1000
+    finally:
+        producer.close()
+
+
 def test_last_message_id_is_none_until_a_message_is_sent(
     admin: PulsarAdmin, client: pulsar.Client
 ) -> None:

@@ -1,7 +1,9 @@
 // The management web UI: plain JavaScript over the management HTTP API (docs/management.md).
 // Pages are hash routes (#/queues/%2F/orders); each has a live part, fetched again every
-// REFRESH_MS, and an actions part (forms) built once. Everything that comes from the API is
-// put in the page as text (el() makes text nodes), never as markup.
+// REFRESH_MS (and at once after a form or button changed something), and an actions part
+// (forms) built once. Everything that comes from the API is put in the page as text (el()
+// makes text nodes), never as markup. charts.js draws the charts, admin.js has the users,
+// permissions and policies pages; both are loaded first and use the helpers here.
 "use strict";
 
 const REFRESH_MS = 5000;
@@ -110,38 +112,101 @@ async function api(method, path, { body, headers = {} } = {}) {
 const exchangePath = (vhost, name) => `/exchanges/${enc(vhost)}/${enc(name || "amq.default")}`;
 const queuePath = (vhost, name) => `/queues/${enc(vhost)}/${enc(name)}`;
 
+// ---- shared pieces of pages and forms ------------------------------------------------------
+
+let currentLive = null; // the shown page's live(): refreshNow() fetches it again at once
+
+function refreshNow() {
+  if (!currentLive) return;
+  generation += 1; // an answer already on its way is for the page as it was
+  clearTimeout(timer);
+  refresh(currentLive, generation);
+}
+
+// A button outside a form: runs `action`, then refreshes the page; errors go to the status.
+function button(text, action) {
+  const node = el("button", { type: "button" }, text);
+  node.addEventListener("click", async () => {
+    try {
+      await action();
+      refreshNow();
+    } catch (error) {
+      showStatus(error.message);
+    }
+  });
+  return node;
+}
+
+// A select of the vhosts the user can see, filled once the API answers.
+function vhostSelect(name) {
+  const select = el("select", { name, required: true });
+  api("GET", "/vhosts?columns=name").then((vhosts) => {
+    select.replaceChildren(...vhosts.map((v) => el("option", { value: v.name }, v.name)));
+  }, (error) => showStatus(error.message));
+  return select;
+}
+
+const jsonField = (name, placeholder = '{"x-max-length": 1000}') =>
+  el("textarea", { name, rows: 2, cols: 40, placeholder });
+
+// The JSON object typed in `field` ({} when empty); throws saying which field is not one.
+function jsonValue(field, label) {
+  const text = field.value.trim();
+  if (!text) return {};
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new Error(`${label}: not JSON`);
+  }
+  if (!value || typeof value !== "object" || Array.isArray(value)) throw new Error(`${label}: not a JSON object`);
+  return value;
+}
+
+const yesNo = (name, value) => el("select", { name },
+  el("option", { value: "true", selected: value }, "Yes"), el("option", { value: "false", selected: !value }, "No"));
+
+function formatBytes(bytes) {
+  if (typeof bytes !== "number") return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit ? `${value.toFixed(1)} ${units[unit]}` : `${bytes} B`;
+}
+
 // ---- pages: each route gives a title, live() -> Promise<nodes>, and optional actions ------
 
 async function overviewLive() {
-  const [overview, nodes, queues] = await Promise.all([
-    api("GET", "/overview"),
+  const [overview, nodes] = await Promise.all([
+    api("GET", "/overview?" + samplesQuery()),
     api("GET", "/nodes"),
-    api("GET", "/queues?columns=messages,messages_ready,messages_unacknowledged," +
-      "messages_details,messages_ready_details,messages_unacknowledged_details,message_stats"),
   ]);
   $("product").textContent = `${overview.product_version} (RabbitMQ API ${overview.management_version})`;
-  const sum = (key) => queues.reduce((total, q) => total + (q[key] || 0), 0);
-  const sumRate = (key) => ({ rate: queues.reduce((t, q) => t + ((q[key] && q[key].rate) || 0), 0) });
-  const flowOf = (q, key) => (q.message_stats && q.message_stats[key] && q.message_stats[key].rate) || 0;
-  const sumFlow = (key) => ({ rate: queues.reduce((t, q) => t + flowOf(q, key), 0) });
   const totals = overview.object_totals || {};
+  const queued = overview.queue_totals || {};
+  const flow = overview.message_stats || {};
   return [
     section("Totals", table(
       ["connections", "channels", "exchanges", "queues", "consumers"].map((k) => [k, k[0].toUpperCase() + k.slice(1), (t) => t[k]]),
       [totals])),
     section("Queued messages", table([
-      ["ready", "Ready", () => sum("messages_ready")],
-      ["unacked", "Unacked", () => sum("messages_unacknowledged")],
-      ["total", "Total", () => sum("messages")],
-      ["ready_rate", "Ready change", () => rate(sumRate("messages_ready_details"))],
-      ["unacked_rate", "Unacked change", () => rate(sumRate("messages_unacknowledged_details"))],
-      ["total_rate", "Total change", () => rate(sumRate("messages_details"))],
-      ["publish_rate", "Published", () => rate(sumFlow("publish_details"))],
-      ["deliver_rate", "Delivered", () => rate(sumFlow("deliver_get_details"))],
-      ["ack_rate", "Acked", () => rate(sumFlow("ack_details"))],
-    ], [{}]), el("p", { class: "hint" },
+      ["ready", "Ready", () => queued.messages_ready],
+      ["unacked", "Unacked", () => queued.messages_unacknowledged],
+      ["total", "Total", () => queued.messages],
+      ["ready_rate", "Ready change", () => rate(queued.messages_ready_details)],
+      ["unacked_rate", "Unacked change", () => rate(queued.messages_unacknowledged_details)],
+      ["total_rate", "Total change", () => rate(queued.messages_details)],
+      ["publish_rate", "Published", () => rate(flow.publish_details)],
+      ["deliver_rate", "Delivered", () => rate(flow.deliver_get_details)],
+      ["ack_rate", "Acked", () => rate(flow.ack_details)],
+    ], [{}]), chartRange(refreshNow), queueCharts(queued, flow), el("p", { class: "hint" },
       "Changes are how fast the counts change; published, delivered and acked rates are " +
-      "Pulsar's, over its last statistics interval.")),
+      "Pulsar's, over its last statistics interval. Charts show what this proxy read, every " +
+      "5 s while a page shows them.")),
     section("Proxies", table([
       ["name", "Proxy", (n) => n.name],
       ["host", "Host", (n) => n.starlight_host],
@@ -216,6 +281,42 @@ async function exchangesLive() {
   ], await api("GET", "/exchanges"))];
 }
 
+function exchangeForm() {
+  const output = el("output");
+  const vhost = vhostSelect("exchange_vhost");
+  const name = el("input", { name: "exchange_name", required: true, size: 30 });
+  const type = el("select", { name: "exchange_type" },
+    ["direct", "fanout", "topic", "headers", "x-delayed-message"].map((t) => el("option", { value: t }, t)));
+  const durable = yesNo("exchange_durable", true);
+  const autoDelete = yesNo("exchange_auto_delete", false);
+  const internal = yesNo("exchange_internal", false);
+  const args = jsonField("exchange_arguments", '{"alternate-exchange": "unrouted"}');
+  return form("Add a new exchange", [
+    el("label", {}, "Virtual host ", vhost), el("label", {}, "Name ", name),
+    el("label", {}, "Type ", type), el("label", {}, "Durable ", durable),
+    el("label", {}, "Auto delete ", autoDelete), el("label", {}, "Internal ", internal),
+    el("label", {}, "Arguments (JSON) ", args),
+  ], "Add exchange", output, async () => {
+    await api("PUT", exchangePath(vhost.value, name.value), {
+      body: {
+        type: type.value, durable: durable.value === "true", auto_delete: autoDelete.value === "true",
+        internal: internal.value === "true", arguments: jsonValue(args, "Arguments"),
+      },
+    });
+    output.textContent = `Exchange ${name.value} declared.`;
+    refreshNow();
+  });
+}
+
+// A binding's path, for DELETE; `b` as the API lists it.
+const bindingPath = (b) => `/bindings/${enc(b.vhost)}/e/${enc(b.source || "amq.default")}/` +
+  `${b.destination_type === "queue" ? "q" : "e"}/${enc(b.destination)}/${enc(b.properties_key)}`;
+
+const unbindButton = (b) => (b.source ? button("Unbind", async () => {
+  if (!confirm(`Unbind ${b.source} -> ${b.destination} (${b.routing_key})?`)) return;
+  await api("DELETE", bindingPath(b));
+}) : "");
+
 async function exchangeLive(vhost, name) {
   const [exchange, bindings] = await Promise.all([
     api("GET", exchangePath(vhost, name)),
@@ -231,8 +332,42 @@ async function exchangeLive(vhost, name) {
       ["kind", "Kind", (b) => b.destination_type],
       ["routing_key", "Routing key", (b) => b.routing_key],
       ["arguments", "Arguments", (b) => json(b.arguments)],
+      ["unbind", "", unbindButton],
     ], bindings)),
   ];
+}
+
+// Bind `fixed` (an exchange as source, or a queue as destination) to what the form names.
+function bindForm(vhost, fixed) {
+  const output = el("output");
+  const fromExchange = fixed.kind === "queue";
+  const kind = el("select", { name: "bind_kind", disabled: fromExchange },
+    el("option", { value: "q" }, "To queue"), el("option", { value: "e" }, "To exchange"));
+  const other = el("input", { name: "bind_other", required: true, size: 30 });
+  const routingKey = el("input", { name: "bind_routing_key", size: 30 });
+  const args = jsonField("bind_arguments", '{"x-match": "all"}');
+  const fields = fromExchange
+    ? [el("label", {}, "From exchange ", other)]
+    : [el("label", {}, "Destination ", kind), el("label", {}, "Name ", other)];
+  return form(fromExchange ? "Add binding to this queue" : "Add binding from this exchange", [
+    ...fields, el("label", {}, "Routing key ", routingKey), el("label", {}, "Arguments (JSON) ", args),
+  ], "Bind", output, async () => {
+    const path = fromExchange
+      ? `/bindings/${enc(vhost)}/e/${enc(other.value)}/q/${enc(fixed.name)}`
+      : `/bindings/${enc(vhost)}/e/${enc(fixed.name)}/${kind.value}/${enc(other.value)}`;
+    await api("POST", path, { body: { routing_key: routingKey.value, arguments: jsonValue(args, "Arguments") } });
+    output.textContent = "Bound.";
+    refreshNow();
+  });
+}
+
+function deleteExchangeForm(vhost, name) {
+  const deleted = el("output");
+  return form("Delete", [], "Delete exchange", deleted, async () => {
+    if (!confirm("Delete this exchange?")) return;
+    await api("DELETE", exchangePath(vhost, name));
+    location.hash = "#/exchanges";
+  });
 }
 
 function publishForm(vhost, name) {
@@ -255,6 +390,14 @@ function publishForm(vhost, name) {
   });
 }
 
+function exchangeActions(vhost, name) {
+  const actions = [publishForm(vhost, name)];
+  if (name && !name.startsWith("amq.")) {
+    actions.push(bindForm(vhost, { kind: "exchange", name }), deleteExchangeForm(vhost, name));
+  }
+  return actions;
+}
+
 const queueColumns = [
   ["vhost", "Virtual host", (q) => q.vhost],
   ["name", "Name", (q) => link(q.name, "queues", q.vhost, q.name)],
@@ -274,12 +417,80 @@ async function queuesLive() {
   return [table(queueColumns, await api("GET", "/queues"))];
 }
 
+function queueForm() {
+  const output = el("output");
+  const vhost = vhostSelect("queue_vhost");
+  const name = el("input", { name: "queue_name", required: true, size: 30 });
+  const durable = yesNo("queue_durable", true);
+  const autoDelete = yesNo("queue_auto_delete", false);
+  const args = jsonField("queue_arguments");
+  return form("Add a new queue", [
+    el("label", {}, "Virtual host ", vhost), el("label", {}, "Name ", name),
+    el("label", {}, "Durable ", durable), el("label", {}, "Auto delete ", autoDelete),
+    el("label", {}, "Arguments (JSON) ", args),
+  ], "Add queue", output, async () => {
+    await api("PUT", queuePath(vhost.value, name.value), {
+      body: { durable: durable.value === "true", auto_delete: autoDelete.value === "true", arguments: jsonValue(args, "Arguments") },
+    });
+    output.textContent = `Queue ${name.value} declared.`;
+    refreshNow();
+  });
+}
+
+// What the queue is in Pulsar (GET /api/queues/{vhost}/{name}/pulsar): its topics and
+// subscriptions, the retired ones still draining included.
+function pulsarSection(view) {
+  return section("In Pulsar",
+    el("p", { class: "hint" }, `Namespace ${view.namespace}. Each binding set is read through one ` +
+      "subscription; an unbind retires its subscription, which drains what was routed before it."),
+    el("h4", {}, "Topics"),
+    el("div", { class: "pulsar-topics" }, table([
+      ["topic", "Topic", (t) => t.topic],
+      ["owner", "Owner broker", (t) => t.error || t.owner_broker || (t.exists ? "" : "not created yet")],
+      ["storage", "Storage size", (t) => formatBytes(t.storage_size)],
+      ["producers", "Producers", (t) => t.producers],
+      ["subscriptions", "Subscriptions", (t) => t.subscriptions],
+      ["rate_in", "Rate in", (t) => (typeof t.msg_rate_in === "number" ? `${t.msg_rate_in.toFixed(1)}/s` : "")],
+    ], view.topics)),
+    el("h4", {}, "Subscriptions"),
+    el("div", { class: "pulsar-subscriptions" }, table([
+      ["subscription", "Subscription", (s) => s.subscription],
+      ["topic", "Topic", (s) => s.topic.replace(`persistent://${view.namespace}/`, "")],
+      ["state", "State", (s) => s.state + (s.retired_at ? ` since ${when(s.retired_at)}` : "")],
+      ["exchange", "Exchange", (s) => (s.exchange === "" ? "(AMQP default)" : s.exchange)],
+      ["routing_keys", "Routing keys", (s) => s.routing_keys.join(", ")],
+      ["backlog", "Backlog", (s) => (s.exists ? s.backlog : "gone")],
+      ["ready", "Ready", (s) => s.ready],
+      ["unacked", "Unacked", (s) => s.unacked],
+      ["delayed", "Delayed", (s) => s.delayed],
+      ["backlog_size", "Backlog size", (s) => formatBytes(s.backlog_size)],
+      ["consumers", "Consumers", (s) => (s.consumers ? s.consumers.length : "")],
+      ["rate_out", "Rate out", (s) => (typeof s.msg_rate_out === "number" ? `${s.msg_rate_out.toFixed(1)}/s` : "")],
+    ], view.subscriptions)));
+}
+
 async function queueLive(vhost, name) {
-  const queue = await api("GET", queuePath(vhost, name));
-  return [facts([
-    ...queueColumns.slice(2).map(([key, title, value]) => [title, value(queue), key]),
-    ["Arguments", json(queue.arguments)],
-  ])];
+  const [queue, bindings, view] = await Promise.all([
+    api("GET", queuePath(vhost, name) + "?" + samplesQuery()),
+    api("GET", queuePath(vhost, name) + "/bindings"),
+    api("GET", queuePath(vhost, name) + "/pulsar"),
+  ]);
+  return [
+    facts([
+      ...queueColumns.slice(2).map(([key, title, value]) => [title, value(queue), key]),
+      ["Arguments", json(queue.arguments)],
+      ["Policy", queue.policy || "", "policy"],
+    ]),
+    el("div", { class: "chart-head" }, chartRange(refreshNow)),
+    queueCharts(queue, queue.message_stats),
+    section("Bindings", el("div", { class: "bindings" }, table([
+      ["source", "From", (b) => (b.source ? link(b.source, "exchanges", vhost, b.source) : "(AMQP default)")],
+      ["routing_key", "Routing key", (b) => b.routing_key],
+      ["arguments", "Arguments", (b) => json(b.arguments)],
+      ["unbind", "", unbindButton],
+    ], bindings))),
+    pulsarSection(view),
+  ];
 }
 
 function queueActions(vhost, name) {
@@ -313,6 +524,7 @@ function queueActions(vhost, name) {
     if (!confirm("Purge all ready messages of this queue?")) return;
     await api("DELETE", queuePath(vhost, name) + "/contents");
     purged.textContent = "Queue purged.";
+    refreshNow();
   });
   const deleted = el("output");
   const remove = form("Delete", [], "Delete queue", deleted, async () => {
@@ -320,7 +532,7 @@ function queueActions(vhost, name) {
     await api("DELETE", queuePath(vhost, name));
     location.hash = "#/queues";
   });
-  return [getForm, purge, remove];
+  return [getForm, bindForm(vhost, { kind: "queue", name }), purge, remove];
 }
 
 async function vhostsLive() {
@@ -333,9 +545,9 @@ async function vhostsLive() {
 }
 
 // A form whose submit runs `action`; errors go to `output`.
-function form(title, fields, button, output, action) {
+function form(title, fields, button, output, action, hint = "") {
   const node = el("form", { class: "action" }, el("h3", {}, title), fields,
-    el("button", { type: "submit" }, button), output);
+    el("button", { type: "submit" }, button), hint ? el("p", { class: "hint" }, hint) : null, output);
   node.addEventListener("submit", async (event) => {
     event.preventDefault();
     output.classList.remove("error");
@@ -355,12 +567,15 @@ const routes = {
     ? { title: "Connections", live: connectionsLive }
     : { title: `Connection ${name}`, live: () => connectionLive(name), actions: [closeConnectionForm(name)] }),
   exchanges: (vhost, name) => (name === undefined
-    ? { title: "Exchanges", live: exchangesLive }
-    : { title: `Exchange ${name || "(AMQP default)"}`, live: () => exchangeLive(vhost, name), actions: [publishForm(vhost, name)] }),
+    ? { title: "Exchanges", live: exchangesLive, actions: [exchangeForm()] }
+    : { title: `Exchange ${name || "(AMQP default)"}`, live: () => exchangeLive(vhost, name), actions: exchangeActions(vhost, name) }),
   queues: (vhost, name) => (name === undefined
-    ? { title: "Queues", live: queuesLive }
+    ? { title: "Queues", live: queuesLive, actions: [queueForm()] }
     : { title: `Queue ${name}`, live: () => queueLive(vhost, name), actions: queueActions(vhost, name) }),
   vhosts: () => ({ title: "Virtual hosts", live: vhostsLive }),
+  users: () => ({ title: "Users", live: usersLive, actions: [userForm()] }),
+  permissions: () => ({ title: "Permissions", live: permissionsLive, actions: [permissionForm()] }),
+  policies: () => ({ title: "Policies", live: policiesLive, actions: [policyForm()] }),
 };
 
 // ---- navigation, refresh, login -----------------------------------------------------------
@@ -386,6 +601,7 @@ function showPage() {
   $("live").replaceChildren();
   $("updated").textContent = "";
   $("actions").replaceChildren(...(page.actions || []));
+  currentLive = page.live;
   refresh(page.live, generation);
 }
 
@@ -412,6 +628,7 @@ function showLoggedIn(loggedIn) {
 
 function logOut(message = "") {
   auth = null;
+  currentLive = null;
   generation += 1;
   clearTimeout(timer);
   sessionStorage.removeItem(AUTH_KEY);
