@@ -35,14 +35,6 @@ DRAINING = "draining"  # retired by an unbind: delivers what came before, then g
 RETIRED = "retired"  # retired by a queue's deletion: the cleaner deletes it
 
 
-def subscription_topic(binding_set: BindingSet) -> str:
-    """The local name of the topic `binding_set`'s subscription is on: the binding's own
-    topic on topic and headers exchanges (`binding_topic`), else the exchange topic it
-    reads. Records written before binding topics existed have none, hence the guard; once
-    every BindingSet has `subscription_topic`, this is that property."""
-    return getattr(binding_set, "binding_topic", "") or binding_set.topic
-
-
 @dataclass(frozen=True)
 class QueueSubscription:
     """One subscription behind a queue, as the cache knows it."""
@@ -63,7 +55,7 @@ def queue_subscriptions(
     `retired` records, ordered by topic then subscription. Pure."""
     found = [
         QueueSubscription(
-            subscription_topic(binding_set),
+            binding_set.subscription_topic,
             binding_set.subscription,
             ACTIVE,
             binding_set.exchange,

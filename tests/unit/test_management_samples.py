@@ -13,7 +13,6 @@ from starlight_py.management.pulsar_view import (
     RETIRED,
     queue_subscriptions,
     subscription_json,
-    subscription_topic,
 )
 from starlight_py.management.samples import (
     INTERVAL,
@@ -141,7 +140,7 @@ def test_a_queues_subscriptions_active_draining_and_retired() -> None:
         ("logs~t", DRAINING, ("x",)),
         ("orders~t", ACTIVE, ("a",)),
     ]
-    assert subscription_topic(active) == "orders~t"
+    assert active.subscription_topic == "orders~t"
     stats = SubscriptionStats(5, 2, ("c1",), 1, 300, QueueFlow(ack_rate=1.26))
     shaped = subscription_json(NamespaceName("public", "default"), found[1], stats)
     assert shaped == {
