@@ -9,6 +9,9 @@ answer. It prints, per broker and round, how many messages were got and in order
 gets answered empty, and the latency from just before the publish call to the get-ok: p50,
 p90, p99 and max. ``--ttl-ms`` gives the queue an ``x-message-ttl`` (the queue is then also
 watched by the proxy's expiry work); ``--rounds`` repeats the run on fresh queues.
+``--private-proxy`` starts ZooKeeper, Pulsar standalone and one proxy in a temporary folder
+and measures it as ``proxy`` from the moment it answers (the first minute of a new broker
+is the slowest), beside any ``--url``.
 
 A script that prints figures, not a test (DESIGN.md section 7). Example, side by side::
 
@@ -24,9 +27,12 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import pika  # type: ignore[import-untyped]
+
+from starlight_py.bench.infra import BenchError, private_proxy, say
 
 GRACE = 10.0  # s after the last publish that the poller waits for stragglers
 
@@ -146,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m starlight_py.bench.polled_get",
         description="Publish-to-get latency of a client polling with basic.get.",
     )
+    parser.add_argument("--url", action="append", default=[], metavar="[NAME=]URL")
     parser.add_argument(
-        "--url", action="append", required=True, metavar="[NAME=]URL", help="repeatable"
+        "--private-proxy", action="store_true", help="start servers and a proxy of its own"
     )
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--interval-ms", type=float, default=50.0)
@@ -156,12 +163,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manual-ack", action="store_true")
     parser.add_argument("--ttl-ms", type=int, default=None)
     args = parser.parse_args(argv)
+    if not args.url and not args.private_proxy:
+        parser.error("give --url (repeatable) or --private-proxy")
     targets: list[tuple[str, str]] = []
     for item in args.url:
         name, sep, url = item.partition("=")
         if not sep or "://" in name:
             name, url = f"broker{len(targets) + 1}", item
         targets.append((name, url))
+    with ExitStack() as stack:
+        if args.private_proxy:
+            try:
+                targets.insert(0, ("proxy", private_proxy(stack, "starlight-polled-get-")))
+            except BenchError as e:
+                say(f"cannot run: {e}")
+                return 1
+        return _run(args, targets)
+
+
+def _run(args: argparse.Namespace, targets: list[tuple[str, str]]) -> int:
     print(
         f"{args.messages} messages {args.interval_ms:g} ms apart, a get every "
         f"{args.poll_ms:g} ms while empty ({'manual ack' if args.manual_ack else 'auto-ack'}); "

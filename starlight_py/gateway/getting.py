@@ -174,7 +174,8 @@ class Getters:
                 wait = DELAYED_WAIT
             if getter is None:
                 getter = await trio.to_thread.run_sync(
-                    self.consumers.backend.subscribe,
+                    # The next get's count must not see the message this one takes.
+                    partial(self.consumers.backend.subscribe, ack_at_once=True),
                     naming.TopicName(self.consumers.ctx.namespace, binding_set.subscription_topic),
                     binding_set.subscription,
                     f"{self.consumers.prefix}/get/{session.number}",

@@ -222,8 +222,9 @@ def test_a_poller_and_a_consumer_on_another_proxy_share_the_queue(
     broker: Broker, other_url: str, created: Created
 ) -> None:
     """A consumer (prefetch 1, manual ack) on the other proxy and a poller here: every
-    message reaches one of them, the poller's in order; once the consumer is cancelled, the
-    poller gets all the rest."""
+    message reaches one of them once; once the consumer is cancelled, the poller gets all
+    the rest. (Not in order: pika requeues what reached the consumer after its cancel, and
+    the proxy's requeue, a Pulsar negative ack, comes back behind later messages.)"""
     queue = created.queue()
     connection, channel = open_channel(broker.url())
     channel.queue_declare(queue)
@@ -258,5 +259,4 @@ def test_a_poller_and_a_consumer_on_another_proxy_share_the_queue(
         consumer_connection.close()
         connection.close()
     assert sorted(ours + consumed) == list(range(MESSAGES))
-    assert ours == sorted(ours)
-    assert ours[-1] == MESSAGES - 1  # the poller got the tail once the consumer left
+    assert max(ours) == MESSAGES - 1  # the poller got the tail once the consumer left
