@@ -445,6 +445,15 @@ class ConsumerHandle:
             raise BackendError(f"receive from {self.topic}: {e}") from e
         return ReceivedMessage(raw, self)
 
+    def sync(self) -> None:
+        """Blocking: return once the broker has handled every acknowledgement this consumer
+        sent so far (a request on the same connection, which the broker answers in order:
+        the last message id). Errors are ignored: a closed consumer acknowledges nothing."""
+        try:
+            self._consumer.get_last_message_id()
+        except pulsar.PulsarException as e:
+            log.debug("syncing with %s: %s", self.topic, e)
+
     def close(self) -> None:
         """Blocking. Unacknowledged messages go back to the subscription at once. Closing
         twice (a cancel racing a server-side cancel, on two worker threads) does nothing."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import trio
+
 from starlight_py.backend.pulsar_client import ConsumerHandle
 from starlight_py.core.channel import Channel
 from starlight_py.metadata.records import BindingSet
@@ -31,6 +33,10 @@ class ChannelSession:
     # asks Pulsar for their stats while ZooKeeper confirms them.
     get_sources: dict[str, list[BindingSet]] = field(default_factory=dict)
     getter_closer: bool = False  # the task closing idle getters runs
+    # Set once the broker has handled what each getter acknowledged so far, by
+    # subscription: a get reads Pulsar's stats only then, or it would count what an earlier
+    # get took.
+    getter_acks: dict[str, trio.Event] = field(default_factory=dict)
     getting: bool = False  # a basic.get is using the getters right now
     # Queues a queue.delete of this channel is deleting: their consumers here hear
     # basic.cancel after the delete-ok, from the delete itself (not from the cache).

@@ -110,12 +110,12 @@ class Getters:
                 consumers.ctx.owner,
                 (60, 70),
             ),
-            partial(trio.to_thread.run_sync, topology.binding_sets, vhost, queue),
+            partial(self._binding_sets, queue, last_sets),
             partial(trio.to_thread.run_sync, topology.held_messages, vhost, queue),
-            partial(consumers.sources.subscription_stats, last_sets or []),
+            partial(self._stats, session, last_sets or []),
         )
         record: Queue = found[0]
-        sets: list[BindingSet] = [s for s, _ in found[1]]
+        sets: list[BindingSet] = list(found[1])
         held: int = found[2]
         stats: dict[str, SubscriptionStats] = found[3]
         if is_stream(record.arguments):
@@ -128,7 +128,7 @@ class Getters:
         if last_sets is None or [b.subscription for b in last_sets] != [
             b.subscription for b in sets
         ]:
-            stats = await consumers.sources.subscription_stats(sets)
+            stats = await self._stats(session, sets)
         if len(session.get_sources) >= MAX_GET_SOURCES and queue not in session.get_sources:
             session.get_sources.clear()  # a channel getting from ever new queues (replies)
         session.get_sources[queue] = sets
@@ -200,6 +200,50 @@ class Getters:
                     wait = HELD_WAIT
         session.core.get_empty()
 
+    async def _binding_sets(
+        self, queue: str, last_sets: list[BindingSet] | None
+    ) -> list[BindingSet]:
+        """The binding sets to read `queue` from (with the retired ones still draining into
+        it): those the channel's last get of it read while the topology cache shows the
+        same, else ZooKeeper's. A poller's gets thus skip a chain of ZooKeeper reads; a
+        binding made on another proxy reaches a get when it reaches the cache, as it
+        reaches this proxy's routing (milliseconds)."""
+        cache = self.consumers.cache
+        vhost = self.consumers.ctx.vhost
+        if last_sets is not None:
+            cached = cache.binding_sets_of_queue(vhost, queue) + cache.draining_sets(vhost, queue)
+            if sorted(b.subscription for b in cached) == sorted(b.subscription for b in last_sets):
+                return last_sets
+        found = await trio.to_thread.run_sync(self.consumers.topology.binding_sets, vhost, queue)
+        return [binding_set for binding_set, _ in found]
+
+    async def _stats(
+        self, session: ChannelSession, sets: list[BindingSet]
+    ) -> dict[str, SubscriptionStats]:
+        """Pulsar's stats of the sets' subscriptions, once the broker has handled what the
+        channel's getters of them acknowledged (what earlier gets took)."""
+        for binding_set in sets:
+            acked = session.getter_acks.get(binding_set.subscription)
+            if acked is not None:
+                await acked.wait()
+        return await self.consumers.sources.subscription_stats(sets)
+
+    def _sync_acks(self, session: ChannelSession, handle: ConsumerHandle) -> None:
+        """The getter acknowledged something: the channel's next stats of its subscription
+        wait until the broker has handled it (while the get-ok travels, as a rule)."""
+        done = trio.Event()
+        session.getter_acks[handle.subscription] = done
+
+        async def sync() -> None:
+            try:
+                await trio.to_thread.run_sync(handle.sync)
+            finally:
+                done.set()
+                if session.getter_acks.get(handle.subscription) is done:
+                    del session.getter_acks[handle.subscription]
+
+        self.consumers.spawn(sync)
+
     async def _undispatched(self, binding_set: BindingSet) -> bool:
         """Whether Pulsar's stats still count messages of the subscription that no consumer
         (nor getter) holds."""
@@ -250,6 +294,13 @@ class Getters:
     def settled(self, session: ChannelSession, sources: list[ReceivedMessage]) -> None:
         """Deliveries of getters were settled: a getter holding none may close once idle
         (a poller that gets and acks in turn keeps it)."""
+        getters = {id(handle): handle for handle in session.getters.values()}
+        synced: set[int] = set()
+        for message in sources:
+            key = id(message.handle)
+            if key in getters and key not in synced:
+                synced.add(key)
+                self._sync_acks(session, getters[key])
         holds = session.getter_holds
         if not holds:
             return
