@@ -454,6 +454,16 @@ class ConsumerHandle:
         except pulsar.PulsarException as e:
             log.debug("syncing with %s: %s", self.topic, e)
 
+    def receive_nowait(self) -> ReceivedMessage | None:
+        """A message already in pulsar-client's receiver queue, or None at once."""
+        try:
+            raw = self._consumer.receive(0)
+        except pulsar.Timeout:
+            return None
+        except pulsar.PulsarException as e:
+            raise BackendError(f"receive from {self.topic}: {e}") from e
+        return ReceivedMessage(raw, self)
+
     def close(self) -> None:
         """Blocking. Unacknowledged messages go back to the subscription at once. Closing
         twice (a cancel racing a server-side cancel, on two worker threads) does nothing."""

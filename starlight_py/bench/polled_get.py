@@ -86,7 +86,11 @@ def measure(
 ) -> Run:
     run = Run(name, round_number)
     queue = f"polled-get-{uuid.uuid4().hex[:12]}"
-    admin = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        admin = pika.BlockingConnection(pika.URLParameters(url))
+    except Exception as e:  # a broker that cannot be reached still gets its row
+        run.error = f"{type(e).__name__}: {e}"
+        return run
     try:
         admin.channel().queue_declare(
             queue, arguments={"x-message-ttl": ttl_ms} if ttl_ms is not None else None

@@ -54,7 +54,10 @@ GET_PATIENCE = 5.0
 GETTER_IDLE = 0.5
 # A kept getter is looked at again this often while it holds an unacked get or dead letter.
 GETTER_RECHECK = 0.1
-HELD_WAIT = 0.001  # a message already in the getter's receiver queue comes at once
+HELD_WAIT = 0.005  # a message the broker just dispatched reaches the getter within this
+# A kept getter is first looked at without waiting, on the trio thread (a look at
+# pulsar-client's receiver queue costs ~0.1 ms; a worker thread costs more under load).
+NO_WAIT = 0.0
 # Only delayed messages are pending: the broker hands one out once due, and only to a
 # consumer that is there; a new getter gets a due one within a few ms of subscribing.
 DELAYED_WAIT = 0.02
@@ -134,6 +137,7 @@ class Getters:
         session.get_sources[queue] = sets
         ready: dict[str, int] = {}
         delayed: set[str] = set()
+        pending: set[str] = set()  # subscriptions with messages not yet acknowledged
         waiting = 0  # backlog less delayed: ready or delivered and unacked
         batching = consumers.backend.batching
         for subscription, found_stats in stats.items():
@@ -143,6 +147,8 @@ class Getters:
             if found_stats.delayed > 0:
                 delayed.add(subscription)
             waiting += max(0, found_stats.backlog - found_stats.delayed)
+            if found_stats.backlog > found_stats.delayed:
+                pending.add(subscription)
         # get-ok's message_count: the ready messages as RabbitMQ counts them, read ahead by
         # a proxy or not (TopologyService.queue_counts).
         total_ready = ready_messages(
@@ -153,18 +159,27 @@ class Getters:
         )
         for binding_set in sets:
             getter = session.getters.get(binding_set.subscription)
-            # A message our getter read ahead is ready until it is delivered.
-            if getter is not None and await self._get_from(
-                session,
-                getter,
-                queue,
-                binding_set,
-                no_ack,
-                max(0, total_ready - 1),
-                HELD_WAIT,
-                record,
-            ):
-                return
+            # A message our getter read ahead is ready until it is delivered. Pulsar may
+            # count as dispatched one that is still on its way to the getter (published
+            # just now): while the subscription holds any and the count says some are
+            # ready, a second look waits a moment for it.
+            if getter is not None:
+                for look in (NO_WAIT, HELD_WAIT):
+                    if look == HELD_WAIT and (
+                        total_ready <= 0 or binding_set.subscription not in pending
+                    ):
+                        break
+                    if await self._get_from(
+                        session,
+                        getter,
+                        queue,
+                        binding_set,
+                        no_ack,
+                        max(0, total_ready - 1),
+                        look,
+                        record,
+                    ):
+                        return
             wait = GET_WAIT
             if ready.get(binding_set.subscription, 0) <= 0:
                 if binding_set.subscription not in delayed or getter is not None:
@@ -263,7 +278,10 @@ class Getters:
         record: Queue | None = None,
     ) -> bool:
         while True:
-            message = await trio.to_thread.run_sync(handle.receive, wait)
+            if wait == NO_WAIT:
+                message = handle.receive_nowait()
+            else:
+                message = await trio.to_thread.run_sync(handle.receive, wait)
             if message is None:
                 return False
             decoded = self.consumers._route(
