@@ -149,6 +149,22 @@ def listen(conf: Any, key: int) -> None:
     )
 
 
+def ungroup_acknowledgements(conf: Any) -> None:
+    """Have the consumer made from `conf` send each acknowledgement at once (pulsar-client
+    groups them for up to 100 ms by default). Raises NativeFlushUnavailable."""
+    library = c_library()
+    try:
+        setter = library.pulsar_configure_set_ack_grouping_time_ms
+        queue_size = library.pulsar_consumer_configuration_get_receiver_queue_size
+    except AttributeError as e:
+        raise NativeFlushUnavailable(f"pulsar-client cannot set ack grouping: {e}") from e
+    setter.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    setter.restype = None
+    queue_size.argtypes = [ctypes.c_void_p]  # configuration_address reads it
+    queue_size.restype = ctypes.c_int
+    setter(configuration_address(conf), 0)
+
+
 # A consumer's key, and where its batches go: (handle, batch) -> None, on the reader thread.
 Deliver = Callable[[Any, list[Any]], None]
 

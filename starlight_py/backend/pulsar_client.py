@@ -449,6 +449,25 @@ class ConsumerHandle:
             raise BackendError(f"receive from {self.topic}: {e}") from e
         return ReceivedMessage(raw, self)
 
+    def sync(self) -> None:
+        """Blocking: return once the broker has handled every acknowledgement this consumer
+        sent so far (a request on the same connection, which the broker answers in order:
+        the last message id). Errors are ignored: a closed consumer acknowledges nothing."""
+        try:
+            self._consumer.get_last_message_id()
+        except pulsar.PulsarException as e:
+            log.debug("syncing with %s: %s", self.topic, e)
+
+    def receive_nowait(self) -> ReceivedMessage | None:
+        """A message already in pulsar-client's receiver queue, or None at once."""
+        try:
+            raw = self._consumer.receive(0)
+        except pulsar.Timeout:
+            return None
+        except pulsar.PulsarException as e:
+            raise BackendError(f"receive from {self.topic}: {e}") from e
+        return ReceivedMessage(raw, self)
+
     def close(self) -> None:
         """Blocking. Unacknowledged messages go back to the subscription at once. Closing
         twice (a cancel racing a server-side cancel, on two worker threads) does nothing."""
@@ -646,14 +665,22 @@ class PulsarBackend:
         consumer_name: str,
         receiver_queue_size: int,
         listener: Listener | None,
+        *,
+        ack_at_once: bool = False,
     ) -> ConsumerHandle:
         """Blocking: a Shared consumer on an existing binding subscription. With a
         `listener`, messages are pushed to it (on a pulsar thread); without, use receive().
+        `ack_at_once` (without a listener): acknowledgements go to the broker as they are
+        made, not grouped for up to 100 ms, so that counts taken right after see them.
         Raises BackendUnavailable or BackendError."""
         handle = ConsumerHandle(topic, subscription)
         size = max(1, receiver_queue_size)
         if listener is not None and listened.available() is None:
             return self._subscribe_listened(handle, consumer_name, size, listener)
+        if ack_at_once and listener is None:
+            made = self._subscribe_acking_at_once(handle, consumer_name, size)
+            if made is not None:
+                return made
         try:
             wrapper = self._client.subscribe(
                 str(topic),
@@ -677,6 +704,40 @@ class PulsarBackend:
         handle._acknowledger = make_acknowledger(wrapper._consumer)
         if listener is not None:
             handle.start_reading(listener)
+        return handle
+
+    def _subscribe_acking_at_once(
+        self, handle: ConsumerHandle, consumer_name: str, size: int
+    ) -> ConsumerHandle | None:
+        """`subscribe` without a listener, its acknowledgement grouping turned off through
+        the C API (the binding has no such option); None when the C API cannot set it."""
+        conf = _pulsar.ConsumerConfiguration()
+        conf.consumer_type(pulsar.ConsumerType.Shared)
+        conf.receiver_queue_size(size)
+        conf.consumer_name(consumer_name)
+        conf.negative_ack_redelivery_delay_ms(100)
+        conf.subscription_initial_position(pulsar.InitialPosition.Latest)
+        conf.schema(pulsar.schema.BytesSchema().schema_info())
+        conf.batch_index_ack_enabled(self.batching)
+        try:
+            listened.ungroup_acknowledgements(conf)
+        except NativeFlushUnavailable as e:
+            log.debug("acknowledgements of %s stay grouped: %s", handle.topic, e)
+            return None
+        try:
+            raw = self._client._client.subscribe(str(handle.topic), handle.subscription, conf)
+        except (pulsar.Timeout, pulsar.ConnectError, pulsar.AuthenticationError) as e:
+            raise self._unusable(f"cannot consume from {handle.topic}", e) from e
+        except pulsar.PulsarException as e:
+            raise BackendError(f"cannot consume from {handle.topic}: {e}") from e
+        wrapper = pulsar.Consumer()
+        wrapper._consumer = raw
+        wrapper._client = self._client
+        wrapper._schema = pulsar.schema.BytesSchema()
+        self._client._consumers.append(wrapper)
+        handle._wrapper = wrapper
+        handle._consumer = raw
+        handle._acknowledger = make_acknowledger(raw)
         return handle
 
     def _subscribe_listened(

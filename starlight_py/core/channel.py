@@ -500,7 +500,7 @@ class Channel:
         if self.transaction is not None:
             self.transaction.add_settlement(self.unacked, tag, multiple, None, BASIC_ACK)
             return
-        taken = self._take(tag, multiple, BASIC_ACK, settled=True)
+        taken = self._take(tag, multiple, BASIC_ACK, settled=True, acked=True)
         if taken:
             self._commands.append(AckMessages([item.source for item in taken]))
         self._after_settle()
@@ -542,7 +542,12 @@ class Channel:
         self._after_settle()
 
     def _take(
-        self, tag: int, multiple: bool, method: tuple[int, int], settled: bool
+        self,
+        tag: int,
+        multiple: bool,
+        method: tuple[int, int],
+        settled: bool,
+        acked: bool = False,
     ) -> list[Unacked]:
         unacked = self.unacked
         if multiple:
@@ -558,13 +563,13 @@ class Channel:
                 raise PreconditionFailed(f"unknown delivery tag {tag}", method)
             tags = [tag]
         taken = [unacked.pop(t) for t in tags]
-        self._released(taken, settled)
+        self._released(taken, settled, acked)
         return taken
 
-    def _released(self, taken: list[Unacked], settled: bool) -> None:
+    def _released(self, taken: list[Unacked], settled: bool, acked: bool = False) -> None:
         """`settled`: acknowledged or rejected (Pulsar will acknowledge them); else
-        requeued."""
-        self._unhold(taken, settled)
+        requeued. `acked`: by basic.ack."""
+        self._unhold(taken, settled, acked)
         for item in taken:
             consumer = item.consumer
             if consumer is not None:
@@ -572,15 +577,22 @@ class Channel:
                 if consumer.cancelled and consumer.unacked == 0:
                     self._commands.append(ConsumerSettled(consumer))
 
-    def _unhold(self, taken: list[Unacked], settled: bool) -> None:
+    def _unhold(self, taken: list[Unacked], settled: bool, acked: bool = False) -> None:
         by_queue: dict[str, int] = {}
+        heard: dict[str, int] = {}  # acked gets: Pulsar hears of them at once
         for item in taken:
             queue = item.queue
             if queue is not None:
-                by_queue[queue.name] = by_queue.get(queue.name, 0) + 1
+                # basic.get's consumers do not group acknowledgements (gateway/getting.py):
+                # counted as settling, an ack Pulsar already heard of would be left out
+                # twice.
+                into = heard if acked and item.consumer is None else by_queue
+                into[queue.name] = into.get(queue.name, 0) + 1
         at = self.clock() if settled else None
         for name, count in by_queue.items():
             self.held.release(name, count, at)
+        for name, count in heard.items():
+            self.held.release(name, count, None)
 
     def _after_settle(self) -> None:
         for consumer in list(self.consumers.values()):

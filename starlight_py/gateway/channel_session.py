@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import trio
+
 from starlight_py.backend.pulsar_client import ConsumerHandle
 from starlight_py.core.channel import Channel
+from starlight_py.metadata.records import BindingSet
 
 
 @dataclass(eq=False)
@@ -17,12 +20,23 @@ class ChannelSession:
     # AMQP: an empty queue name in later methods means the last queue declared here.
     last_queue: str | None = None
     # basic.get reads through one Pulsar consumer per binding subscription, kept between
-    # gets (a message it prefetched is the next one returned) and closed once idle.
+    # gets (a message it prefetched is the next one returned) and closed once it has not
+    # been got from for a while (gateway/getting.py).
     getters: dict[str, ConsumerHandle] = field(default_factory=dict)
     # Deliveries of each getter not settled yet (by id() of the handle): it stays open
     # while it holds any, since closing it would requeue them.
     getter_holds: Counter[int] = field(default_factory=Counter)
-    getter_generation: int = 0
+    # When a get last read each getter (trio clock), by subscription: each getter's own
+    # idle time, so that polling one queue never keeps another queue's getter open.
+    getter_used: dict[str, float] = field(default_factory=dict)
+    # The binding sets the last get of each queue read, by queue: the next get of the queue
+    # asks Pulsar for their stats while ZooKeeper confirms them.
+    get_sources: dict[str, list[BindingSet]] = field(default_factory=dict)
+    getter_closer: bool = False  # the task closing idle getters runs
+    # Set once the broker has handled what each getter acknowledged so far, by
+    # subscription: a get reads Pulsar's stats only then, or it would count what an earlier
+    # get took.
+    getter_acks: dict[str, trio.Event] = field(default_factory=dict)
     getting: bool = False  # a basic.get is using the getters right now
     # Queues a queue.delete of this channel is deleting: their consumers here hear
     # basic.cancel after the delete-ok, from the delete itself (not from the cache).

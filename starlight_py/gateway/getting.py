@@ -1,13 +1,33 @@
 """basic.get and drop-head trims: Pulsar consumers of a channel that read on demand
-(`receive` with a timeout) rather than through a reader thread."""
+(`receive` with a timeout) rather than through a reader thread.
+
+Theory of operation of a get. A channel reads each binding subscription of a queue through
+a *getter*: a Pulsar consumer with a receiver queue of one, kept open between gets so that a
+poller does not pay a subscribe, a first dispatch and a close per get (tens of ms each on a
+busy broker), and so that the broker pushes the next message to it as soon as it is stored.
+The price of keeping it: pulsar-client asks for one message ahead whenever its receiver
+queue is empty, so an open getter holds the next message of its queue where no other
+consumer, getter or the expiry reaper can reach it. A getter is therefore closed (which
+hands what it holds back to the queue, not as a redelivery) once *it* has not been got from
+for GETTER_IDLE, whatever the channel gets from meanwhile, unless it holds an unacked get
+or a dead letter not yet acknowledged on its source.
+
+A get asks, at once, ZooKeeper for the queue and its binding sets, the proxies' unacked
+counts, and Pulsar for the stats of the subscriptions the channel's last get of the queue
+read; it then takes what a getter holds, or, while Pulsar's stats count messages nobody
+holds, waits for the broker to dispatch one. `get-empty` comes from the stats, not from a
+wait.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from starlight_py.backend.pulsar_admin import SubscriptionStats
 from starlight_py.backend.pulsar_client import ConsumerHandle, ReceivedMessage
 from starlight_py.core.consumer import Deliverable
 from starlight_py.gateway.channel_session import ChannelSession
@@ -29,14 +49,22 @@ GET_WAIT = 0.5
 # waiting for one (a loaded broker can take longer than GET_WAIT to dispatch to a new
 # consumer) instead of answering get-empty next to a count of 1, up to this long in all.
 GET_PATIENCE = 5.0
+# A getter nobody got from for this long is closed: what it prefetched goes back to the
+# queue. Pollers that get more often than this keep theirs open.
 GETTER_IDLE = 0.5
-HELD_WAIT = 0.005  # a message already in the getter's receiver queue comes at once
+# A kept getter is looked at again this often while it holds an unacked get or dead letter.
+GETTER_RECHECK = 0.1
+HELD_WAIT = 0.005  # a message the broker just dispatched reaches the getter within this
+# A kept getter is first looked at without waiting, on the trio thread (a look at
+# pulsar-client's receiver queue costs ~0.1 ms; a worker thread costs more under load).
+NO_WAIT = 0.0
 # Only delayed messages are pending: the broker hands one out once due, and only to a
 # consumer that is there; a new getter gets a due one within a few ms of subscribing.
 DELAYED_WAIT = 0.02
 DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead letters
 TRIM_CHANNEL = 0  # dead letters of drop-head trims are settled as the connection's own
 EXPIRE_READ_AHEAD = 50  # messages the expiry reaper's reader may hold at once
+MAX_GET_SOURCES = 64  # queues whose binding sets a channel remembers for its next gets
 
 
 def rank(binding_set: BindingSet) -> int:
@@ -55,43 +83,63 @@ class Getters:
         self.consumers = consumers
 
     async def get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
-        """basic.get through one Pulsar consumer per channel and subscription, kept between
-        gets so that a message it prefetched is the next one returned, and closed once idle
-        with nothing of its unacked (which returns any prefetched message to the queue).
-        Empty queues are recognised from Pulsar's stats without waiting."""
+        """basic.get through the channel's getters (see the module's docstring): a message a
+        getter holds is returned at once; empty queues are recognised from Pulsar's stats
+        without waiting. Raises what the topology service raises for an unusable queue
+        (NotFound, ResourceLocked), BackendUnavailable, MetadataUnavailable."""
         session.getting = True
         try:
             await self._get(session, queue, no_ack)
         finally:
             session.getting = False
-            self._getter_used(session)
+            self._getters_used(session, queue)
         self.consumers.execute(session, session.core.take_commands())
 
     async def _get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
-        if self.consumers.trimmed is not None:
-            await self.consumers.trimmed(self.consumers.ctx.vhost, queue)
-        record = await trio.to_thread.run_sync(
-            self.consumers.topology.usable_queue,
-            self.consumers.ctx.vhost,
-            queue,
-            self.consumers.ctx.owner,
-            (60, 70),
+        consumers = self.consumers
+        vhost = consumers.ctx.vhost
+        if consumers.trimmed is not None:
+            await consumers.trimmed(vhost, queue)
+        topology = consumers.topology
+        # Looked up at once rather than one after the other: a poller's get used to take
+        # the sum of four ZooKeeper and Pulsar round trips.
+        last_sets = session.get_sources.get(queue)
+        found = await concurrently(
+            partial(
+                trio.to_thread.run_sync,
+                topology.usable_queue,
+                vhost,
+                queue,
+                consumers.ctx.owner,
+                (60, 70),
+            ),
+            partial(self._binding_sets, queue, last_sets),
+            partial(trio.to_thread.run_sync, topology.held_messages, vhost, queue),
+            partial(self._stats, session, last_sets or []),
         )
+        record: Queue = found[0]
+        sets: list[BindingSet] = list(found[1])
+        held: int = found[2]
+        stats: dict[str, SubscriptionStats] = found[3]
         if is_stream(record.arguments):
-            raise get_refused(queue, self.consumers.ctx.vhost)
+            raise get_refused(queue, vhost)
         # The cache's record has the queue's policy applied (TTL, dead-lettering, expires).
-        record = self.consumers.cache.queue(self.consumers.ctx.vhost, queue) or record
+        record = consumers.cache.queue(vhost, queue) or record
         if expires_after(record) is not None:
-            await trio.to_thread.run_sync(
-                self.consumers.topology.touch_queue, self.consumers.ctx.vhost, queue, True
-            )
-        sets = await self.consumers.sources.binding_sets_of(record)
+            await trio.to_thread.run_sync(topology.touch_queue, vhost, queue, True)
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
+        if last_sets is None or [b.subscription for b in last_sets] != [
+            b.subscription for b in sets
+        ]:
+            stats = await self._stats(session, sets)
+        if len(session.get_sources) >= MAX_GET_SOURCES and queue not in session.get_sources:
+            session.get_sources.clear()  # a channel getting from ever new queues (replies)
+        session.get_sources[queue] = sets
         ready: dict[str, int] = {}
         delayed: set[str] = set()
+        pending: set[str] = set()  # subscriptions with messages not yet acknowledged
         waiting = 0  # backlog less delayed: ready or delivered and unacked
-        batching = self.consumers.backend.batching
-        stats = await self.consumers.sources.subscription_stats(sets)
+        batching = consumers.backend.batching
         for subscription, found_stats in stats.items():
             # With batching, Pulsar counts entries: one partly acknowledged (or held by a
             # closing getter) may still have ready messages whatever `ready` says.
@@ -99,32 +147,39 @@ class Getters:
             if found_stats.delayed > 0:
                 delayed.add(subscription)
             waiting += max(0, found_stats.backlog - found_stats.delayed)
+            if found_stats.backlog > found_stats.delayed:
+                pending.add(subscription)
         # get-ok's message_count: the ready messages as RabbitMQ counts them, read ahead by
         # a proxy or not (TopologyService.queue_counts).
-        topology = self.consumers.topology
-        held = await trio.to_thread.run_sync(
-            topology.held_messages, self.consumers.ctx.vhost, queue
-        )
         total_ready = ready_messages(
             waiting,
             sum(ready.values()),
             held,
-            topology.local_settling(self.consumers.ctx.vhost, queue),
+            topology.local_settling(vhost, queue),
         )
         for binding_set in sets:
             getter = session.getters.get(binding_set.subscription)
-            # A message our getter read ahead is ready until it is delivered.
-            if getter is not None and await self._get_from(
-                session,
-                getter,
-                queue,
-                binding_set,
-                no_ack,
-                max(0, total_ready - 1),
-                HELD_WAIT,
-                record,
-            ):
-                return
+            # A message our getter read ahead is ready until it is delivered. Pulsar may
+            # count as dispatched one that is still on its way to the getter (published
+            # just now): while the subscription holds any and the count says some are
+            # ready, a second look waits a moment for it.
+            if getter is not None:
+                for look in (NO_WAIT, HELD_WAIT):
+                    if look == HELD_WAIT and (
+                        total_ready <= 0 or binding_set.subscription not in pending
+                    ):
+                        break
+                    if await self._get_from(
+                        session,
+                        getter,
+                        queue,
+                        binding_set,
+                        no_ack,
+                        max(0, total_ready - 1),
+                        look,
+                        record,
+                    ):
+                        return
             wait = GET_WAIT
             if ready.get(binding_set.subscription, 0) <= 0:
                 if binding_set.subscription not in delayed or getter is not None:
@@ -134,7 +189,8 @@ class Getters:
                 wait = DELAYED_WAIT
             if getter is None:
                 getter = await trio.to_thread.run_sync(
-                    self.consumers.backend.subscribe,
+                    # The next get's count must not see the message this one takes.
+                    partial(self.consumers.backend.subscribe, ack_at_once=True),
                     naming.TopicName(self.consumers.ctx.namespace, binding_set.subscription_topic),
                     binding_set.subscription,
                     f"{self.consumers.prefix}/get/{session.number}",
@@ -142,6 +198,7 @@ class Getters:
                     None,
                 )
                 session.getters[binding_set.subscription] = getter
+                session.getter_used[binding_set.subscription] = trio.current_time()
             remaining = max(0, total_ready - 1)
             # While Pulsar still counts undispatched messages, wait again (RabbitMQ answers
             # a get with a message whenever its count says there is one); once it does not,
@@ -157,6 +214,50 @@ class Getters:
                 if not await self._undispatched(binding_set):
                     wait = HELD_WAIT
         session.core.get_empty()
+
+    async def _binding_sets(
+        self, queue: str, last_sets: list[BindingSet] | None
+    ) -> list[BindingSet]:
+        """The binding sets to read `queue` from (with the retired ones still draining into
+        it): those the channel's last get of it read while the topology cache shows the
+        same, else ZooKeeper's. A poller's gets thus skip a chain of ZooKeeper reads; a
+        binding made on another proxy reaches a get when it reaches the cache, as it
+        reaches this proxy's routing (milliseconds)."""
+        cache = self.consumers.cache
+        vhost = self.consumers.ctx.vhost
+        if last_sets is not None:
+            cached = cache.binding_sets_of_queue(vhost, queue) + cache.draining_sets(vhost, queue)
+            if sorted(b.subscription for b in cached) == sorted(b.subscription for b in last_sets):
+                return last_sets
+        found = await trio.to_thread.run_sync(self.consumers.topology.binding_sets, vhost, queue)
+        return [binding_set for binding_set, _ in found]
+
+    async def _stats(
+        self, session: ChannelSession, sets: list[BindingSet]
+    ) -> dict[str, SubscriptionStats]:
+        """Pulsar's stats of the sets' subscriptions, once the broker has handled what the
+        channel's getters of them acknowledged (what earlier gets took)."""
+        for binding_set in sets:
+            acked = session.getter_acks.get(binding_set.subscription)
+            if acked is not None:
+                await acked.wait()
+        return await self.consumers.sources.subscription_stats(sets)
+
+    def _sync_acks(self, session: ChannelSession, handle: ConsumerHandle) -> None:
+        """The getter acknowledged something: the channel's next stats of its subscription
+        wait until the broker has handled it (while the get-ok travels, as a rule)."""
+        done = trio.Event()
+        session.getter_acks[handle.subscription] = done
+
+        async def sync() -> None:
+            try:
+                await trio.to_thread.run_sync(handle.sync)
+            finally:
+                done.set()
+                if session.getter_acks.get(handle.subscription) is done:
+                    del session.getter_acks[handle.subscription]
+
+        self.consumers.spawn(sync)
 
     async def _undispatched(self, binding_set: BindingSet) -> bool:
         """Whether Pulsar's stats still count messages of the subscription that no consumer
@@ -177,7 +278,10 @@ class Getters:
         record: Queue | None = None,
     ) -> bool:
         while True:
-            message = await trio.to_thread.run_sync(handle.receive, wait)
+            if wait == NO_WAIT:
+                message = handle.receive_nowait()
+            else:
+                message = await trio.to_thread.run_sync(handle.receive, wait)
             if message is None:
                 return False
             decoded = self.consumers._route(
@@ -201,14 +305,20 @@ class Getters:
             )
             session.core.deliver_get(message, deliverable, no_ack, remaining)
             self.consumers.execute(session, session.core.take_commands())
-            if no_ack:
-                await self._close_getter(session, binding_set.subscription)
-            else:
+            if not no_ack:
                 session.getter_holds[id(handle)] += 1
             return True
 
     def settled(self, session: ChannelSession, sources: list[ReceivedMessage]) -> None:
-        """Getters whose last unsettled delivery this was close now."""
+        """Deliveries of getters were settled: a getter holding none may close once idle
+        (a poller that gets and acks in turn keeps it)."""
+        getters = {id(handle): handle for handle in session.getters.values()}
+        synced: set[int] = set()
+        for message in sources:
+            key = id(message.handle)
+            if key in getters and key not in synced:
+                synced.add(key)
+                self._sync_acks(session, getters[key])
         holds = session.getter_holds
         if not holds:
             return
@@ -217,13 +327,8 @@ class Getters:
             if key not in holds:
                 continue
             holds[key] -= 1
-            if holds[key] > 0:
-                continue
-            del holds[key]
-            for sub, getter in list(session.getters.items()):
-                if getter is message.handle and not self.consumers.dead_letters.holds(getter):
-                    del session.getters[sub]
-                    self.consumers._close_soon(getter)
+            if holds[key] <= 0:
+                del holds[key]
 
     async def drop_oldest(
         self, queue: str, topic: naming.TopicName, subscription: str, count: int
@@ -309,15 +414,6 @@ class Getters:
                 await trio.to_thread.run_sync(handle.close)
         return taken
 
-    async def _close_getter(self, session: ChannelSession, subscription: str) -> None:
-        """Close a getter now (nothing of it is unacked): the message its receiver queue may
-        hold goes back to the queue before anyone counts or gets again."""
-        handle = session.getters.get(subscription)
-        if handle is None or self.in_use(session, handle):
-            return  # a dead letter it read is unsettled: the idle getters' closer does it
-        del session.getters[subscription]
-        await trio.to_thread.run_sync(handle.close)
-
     def in_use(self, session: ChannelSession, handle: ConsumerHandle) -> bool:
         """Closing `handle` would requeue a message: one it delivered that is unacked or a
         dead letter not yet acknowledged on its source."""
@@ -325,19 +421,80 @@ class Getters:
             handle
         )
 
-    def _getter_used(self, session: ChannelSession) -> None:
-        session.getter_generation += 1
-        self.consumers.spawn(self._close_idle_getters, session, session.getter_generation)
+    def _getters_used(self, session: ChannelSession, queue: str) -> None:
+        """After a get of `queue`: its getters were used now. The channel's idle getters are
+        closed by one task, started with its first getter."""
+        now = trio.current_time()
+        for binding_set in session.get_sources.get(queue, ()):
+            if binding_set.subscription in session.getters:
+                session.getter_used[binding_set.subscription] = now
+        if session.getters and not session.getter_closer:
+            session.getter_closer = True
+            self.consumers.spawn(self._close_idle_getters, session)
 
-    async def _close_idle_getters(self, session: ChannelSession, generation: int) -> None:
-        await trio.sleep(GETTER_IDLE)
-        while session.getter_generation == generation and session.getters and not session.getting:
-            idle = [
-                sub for sub, handle in session.getters.items() if not self.in_use(session, handle)
-            ]
-            for sub in idle:
-                handle = session.getters.pop(sub)
-                await trio.to_thread.run_sync(handle.close)
-            if not session.getters:
-                return
-            await trio.sleep(GETTER_IDLE)  # some still hold unacked gets: look again later
+    async def _close_idle_getters(self, session: ChannelSession) -> None:
+        try:
+            while session.getters:
+                now = trio.current_time()
+                busy = {sub for sub, h in session.getters.items() if self.in_use(session, h)}
+                idle = (
+                    []
+                    if session.getting
+                    else idle_getters(
+                        session.getter_used, set(session.getters), busy, now, GETTER_IDLE
+                    )
+                )
+                for sub in idle:
+                    handle = session.getters.pop(sub)
+                    session.getter_used.pop(sub, None)
+                    await trio.to_thread.run_sync(handle.close)
+                if not session.getters:
+                    return
+                await trio.sleep(
+                    next_idle_look(session.getter_used, set(session.getters), busy, now)
+                    if not session.getting
+                    else GETTER_RECHECK
+                )
+        finally:
+            session.getter_closer = False
+
+
+def idle_getters(
+    used: dict[str, float], open_getters: set[str], busy: set[str], now: float, idle: float
+) -> list[str]:
+    """The getters (by subscription) to close now: open, holding nothing (not `busy`), and
+    not got from for `idle` seconds (`used`: when each was last got from)."""
+    return sorted(
+        sub for sub in open_getters if sub not in busy and now - used.get(sub, now) >= idle
+    )
+
+
+def next_idle_look(
+    used: dict[str, float], open_getters: set[str], busy: set[str], now: float
+) -> float:
+    """Seconds until the next getter may be idle long enough to close (GETTER_RECHECK while
+    only busy ones are open)."""
+    due = [used.get(sub, now) + GETTER_IDLE - now for sub in open_getters if sub not in busy]
+    return max(0.001, min(due)) if due else GETTER_RECHECK
+
+
+async def concurrently(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
+    """Await calls at once; their results in order. The first call's exception wins (it
+    says why the others do not matter, say a queue not found), then the others' in order;
+    nothing is wrapped in an exception group."""
+    results: list[Any] = [None] * len(calls)
+    errors: list[Exception | None] = [None] * len(calls)
+
+    async def one(index: int) -> None:
+        try:
+            results[index] = await calls[index]()
+        except Exception as e:
+            errors[index] = e
+
+    async with trio.open_nursery() as nursery:
+        for index in range(len(calls)):
+            nursery.start_soon(one, index)
+    for error in errors:
+        if error is not None:
+            raise error
+    return results

@@ -816,6 +816,27 @@ def test_held_counts_include_gets_and_end_with_the_channel() -> None:
     assert not held.settled
 
 
+def test_an_acked_get_is_not_counted_as_settling() -> None:
+    """basic.get's Pulsar consumers acknowledge at once: a count right after the ack sees
+    the backlog without it already, so leaving it out again would count one too few. A
+    rejected get is dead-lettered first and settles later, as a consumer's ack does."""
+    held = HeldCounts()
+    wire = Wire()
+    clock = Clock()
+    ch = Channel(7, wire, vet, frame_max=4096, clock=clock, held=held)
+    deliverable = vet(None, Source("g1"))  # type: ignore[arg-type]
+    assert deliverable is not None
+    first = ch.deliver_get(Source("g1"), deliverable, False, 1)
+    second = ch.deliver_get(Source("g2"), deliverable, False, 0)
+    assert held.counts == {"q": 2}
+    ch.ack(first, False)
+    assert held.counts == {"q": 1}
+    assert not held.settled
+    ch.reject(second, False)
+    assert held.counts == {}
+    assert list(held.settled) == [(clock.now, "q", 1)]
+
+
 def test_no_ack_deliveries_are_never_held_and_transactions_settle_at_commit() -> None:
     held = HeldCounts()
     wire = Wire()
