@@ -21,7 +21,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -222,27 +222,20 @@ class TopologyService:
         cache, which may lag by milliseconds, says there is no route."""
         if exchange.name == DEFAULT_EXCHANGE:
             return self.get_queue(vhost, routing_key) is not None
-        for child in self.zk.children(self.paths.exchange_bound(vhost, exchange.name)):
-            queue_segment, _, topic_segment = child.partition("~~")
-            found = self._read(
-                f"{self.paths.queues(vhost)}/{queue_segment}/bindings/{topic_segment}"
-            )
-            if found is None:
-                continue
-            binding_set: BindingSet = found[0]
-            for entry in binding_set.active_entries:
-                if binding_matches(
-                    exchange.routing_type, entry.routing_key, entry.arguments, routing_key, headers
-                ):
-                    return True
-        return False
+        return next(self._routing_sets(vhost, exchange, routing_key, headers), None) is not None
 
     def routed_sets(
         self, vhost: str, exchange: Exchange, routing_key: str, headers: dict[str, Any] | None
     ) -> list[BindingSet]:
         """Like TopologyCache.routed_sets, but read from ZooKeeper (every binding set of the
         exchange: for when the cache, which may lag by milliseconds, finds no route)."""
-        routed = []
+        return list(self._routing_sets(vhost, exchange, routing_key, headers))
+
+    def _routing_sets(
+        self, vhost: str, exchange: Exchange, routing_key: str, headers: dict[str, Any] | None
+    ) -> Iterator[BindingSet]:
+        """The exchange's binding sets whose active bindings route the message, read from
+        ZooKeeper one by one (a caller that needs one stops there)."""
         for child in self.zk.children(self.paths.exchange_bound(vhost, exchange.name)):
             queue_segment, _, topic_segment = child.partition("~~")
             found = self._read(
@@ -257,8 +250,7 @@ class TopologyService:
                 )
                 for entry in binding_set.active_entries
             ):
-                routed.append(binding_set)
-        return routed
+                yield binding_set
 
     # ---- vhosts -------------------------------------------------------------------------------
 
