@@ -200,11 +200,14 @@ def test_znodes_are_what_docs_metadata_says(
         }
     ]
     assert binding["subscription"].startswith(q_segment + "~~")
+    # A headers exchange's binding reads a topic of its own: <exchange>~~<queue>~~<set id>.
+    set_id = binding["subscription"].rsplit("~~", 1)[1]
+    assert binding["binding_topic"] == f"{ex_segment}~~{q_segment}~~{set_id}"
     assert zookeeper.children(f"{vhost}/exchanges/{ex_segment}/bound") == [
         f"{q_segment}~~{ex_segment}"
     ]
-    # ...and the subscription it names exists in Pulsar.
-    assert binding["subscription"] in subscriptions_on(admin, ex_segment)
+    # ...and the subscription it names exists in Pulsar, on that topic.
+    assert binding["subscription"] in subscriptions_on(admin, binding["binding_topic"])
 
 
 def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
