@@ -623,7 +623,9 @@ class Consumers:
                 continue  # over the queue's delivery limit: dead-lettered or dropped
             self.requeued.add(handle.subscription, message.position)
             handle.negative_acknowledge(message)
-        self.getters.settled(session, [item.source for item in command.deliveries])
+        sources = [item.source for item in command.deliveries]
+        self.getters.settled(session, sources)
+        self.getters.requeued(session, sources)
 
     def _refuse_stream_settle(self, deliveries: list[Unacked]) -> None:
         """basic.nack and basic.reject of a stream's delivery close the connection (540),

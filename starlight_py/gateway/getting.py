@@ -330,6 +330,20 @@ class Getters:
             if holds[key] <= 0:
                 del holds[key]
 
+    def requeued(self, session: ChannelSession, sources: list[ReceivedMessage]) -> None:
+        """Deliveries of getters went back to the queue (nack, reject or recover with
+        requeue): such a getter closes now, unless it still holds others, so that the
+        message is the queue's again for any consumer or getter; kept open, it would come
+        back to this getter only, which may not take it back at all (a chunked message
+        does not fit its one-message receiver queue)."""
+        keys = {id(message.handle) for message in sources}
+        for subscription, handle in list(session.getters.items()):
+            if id(handle) not in keys or self.in_use(session, handle):
+                continue
+            del session.getters[subscription]
+            session.getter_used.pop(subscription, None)
+            self.consumers.spawn(trio.to_thread.run_sync, handle.close)
+
     async def drop_oldest(
         self, queue: str, topic: naming.TopicName, subscription: str, count: int
     ) -> int:
