@@ -459,9 +459,10 @@ class Getters:
                     )
                 )
                 for sub in idle:
-                    handle = session.getters.pop(sub)
+                    handle = session.getters.pop(sub, None)
                     session.getter_used.pop(sub, None)
-                    await trio.to_thread.run_sync(handle.close)
+                    if handle is not None:  # not closed meanwhile (`requeued`)
+                        await trio.to_thread.run_sync(handle.close)
                 if not session.getters:
                     return
                 await trio.sleep(
