@@ -344,3 +344,33 @@ def test_bindings_made_before_binding_topics_keep_routing(
         while counts() != (1, 1) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert counts() == (1, 1)
+
+
+def test_a_publish_right_after_bind_ok_through_another_proxy_reaches_the_queue(
+    start_proxy: ProxyFactory, created: Created
+) -> None:
+    """The sharpest case of the routing barrier: proxy A publishes the moment proxy B
+    answered bind-ok, before A's cache could have seen the binding by itself. Another
+    queue routes every key, so A's cache finds a route and does not ask ZooKeeper."""
+    a, b = start_proxy(), start_proxy()
+    exchange = created.exchange("now")
+    everything = created.queue("all")
+    queues = [created.queue(f"now{i}") for i in range(20)]
+    with (
+        pika.BlockingConnection(pika.URLParameters(b.amqp_url())) as binder,
+        pika.BlockingConnection(pika.URLParameters(a.amqp_url())) as publisher,
+    ):
+        binding = binder.channel()
+        binding.exchange_declare(exchange, "topic")
+        binding.queue_declare(everything)
+        binding.queue_bind(everything, exchange, "now.#")
+        for queue in queues:
+            binding.queue_declare(queue)
+        publishing = confirming(publisher)
+        publishing.basic_publish(exchange, "now.first", b"first")  # A routes by `everything`
+        for i, queue in enumerate(queues):
+            binding.queue_bind(queue, exchange, f"now.{i}")
+            publishing.basic_publish(exchange, f"now.{i}", str(i).encode())
+        counts = [binding.queue_declare(q, passive=True).method.message_count for q in queues]
+        assert counts == [1] * len(queues)
+        assert binding.queue_declare(everything, passive=True).method.message_count == 21
