@@ -13,7 +13,7 @@ watched by the proxy's expiry work); ``--rounds`` repeats the run on fresh queue
 and measures it as ``proxy`` from the moment it answers (the first minute of a new broker
 is the slowest), beside any ``--url``.
 
-A script that prints figures, not a test (DESIGN.md section 7). Example, side by side::
+A script that prints figures, not a test. Example, side by side::
 
     python -m starlight_py.bench.polled_get \\
         --url proxy=amqp://guest:guest@127.0.0.1:5672/ \\
