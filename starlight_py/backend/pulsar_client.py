@@ -706,11 +706,9 @@ class PulsarBackend:
             handle.start_reading(listener)
         return handle
 
-    def _subscribe_acking_at_once(
-        self, handle: ConsumerHandle, consumer_name: str, size: int
-    ) -> ConsumerHandle | None:
-        """`subscribe` without a listener, its acknowledgement grouping turned off through
-        the C API (the binding has no such option); None when the C API cannot set it."""
+    def _shared_consumer_conf(self, consumer_name: str, size: int) -> Any:
+        """The C++ binding's configuration of a Shared consumer of the proxy, as the
+        binding's own `subscribe` would make it, for the paths that adjust it further."""
         conf = _pulsar.ConsumerConfiguration()
         conf.consumer_type(pulsar.ConsumerType.Shared)
         conf.receiver_queue_size(size)
@@ -719,6 +717,14 @@ class PulsarBackend:
         conf.subscription_initial_position(pulsar.InitialPosition.Latest)
         conf.schema(pulsar.schema.BytesSchema().schema_info())
         conf.batch_index_ack_enabled(self.batching)
+        return conf
+
+    def _subscribe_acking_at_once(
+        self, handle: ConsumerHandle, consumer_name: str, size: int
+    ) -> ConsumerHandle | None:
+        """`subscribe` without a listener, its acknowledgement grouping turned off through
+        the C API (the binding has no such option); None when the C API cannot set it."""
+        conf = self._shared_consumer_conf(consumer_name, size)
         try:
             listened.ungroup_acknowledgements(conf)
         except NativeFlushUnavailable as e:
@@ -745,14 +751,7 @@ class PulsarBackend:
     ) -> ConsumerHandle:
         """`subscribe`, with the consumer's messages handed over by pulsar-client's listener
         thread to the process's reader (backend/listened.py)."""
-        conf = _pulsar.ConsumerConfiguration()
-        conf.consumer_type(pulsar.ConsumerType.Shared)
-        conf.receiver_queue_size(size)
-        conf.consumer_name(consumer_name)
-        conf.negative_ack_redelivery_delay_ms(100)
-        conf.subscription_initial_position(pulsar.InitialPosition.Latest)
-        conf.schema(pulsar.schema.BytesSchema().schema_info())
-        conf.batch_index_ack_enabled(self.batching)
+        conf = self._shared_consumer_conf(consumer_name, size)
         key = listened.READER.register(handle, listener)
         try:
             listened.listen(conf, key)

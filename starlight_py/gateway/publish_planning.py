@@ -124,7 +124,7 @@ class SlowPlanner:
             targets = await trio.to_thread.run_sync(
                 stored_copy_targets, self.topology, vhost, target, routing_key, headers
             )
-        routed = set(targets.routed) if need_routed or has_own_topics(target) else set()
+        routed = set(targets.routed)  # empty unless needed, or the exchange has own topics
         if lagging and routing_key in priorities:
             routed.add(routing_key)
         refusing = await self.refusing(limits, routed, method, properties, body)

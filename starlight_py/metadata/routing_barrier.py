@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from kazoo.exceptions import NoNodeError
+
 from starlight_py.metadata.records import Paths, segment
 from starlight_py.metadata.zookeeper import ZooKeeperClient
 
@@ -73,8 +75,7 @@ class RoutingReports:
         )
 
     def _create_if_missing(self, result: object, data: bytes) -> None:
-        exception = getattr(result, "exception", None)
-        if exception is None or type(exception).__name__ != "NoNodeError":
+        if not isinstance(getattr(result, "exception", None), NoNodeError):
             return
         self._zk.kazoo.create_async(self._path, data, ephemeral=True, makepath=True)
 
