@@ -35,7 +35,7 @@ from starlight_py.metadata.records import (
     decode,
 )
 from starlight_py.metadata.routing_barrier import ROUTING_VERSION
-from starlight_py.metadata.zookeeper import ZooKeeperClient
+from starlight_py.metadata.zookeeper import ZooKeeperClient, start_tree_cache
 from starlight_py.model import naming
 from starlight_py.model.naming import unescape
 from starlight_py.model.policies import (
@@ -136,7 +136,7 @@ class TopologyCache:
 
     def start(self) -> None:
         self._tree.listen(self._on_event)
-        self._tree.start()
+        start_tree_cache(self._tree, "the topology cache")
 
     def close(self) -> None:
         self._tree.close()

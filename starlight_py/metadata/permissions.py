@@ -31,6 +31,7 @@ from starlight_py.metadata.zookeeper import (
     NodeMissing,
     NodeNotEmpty,
     ZooKeeperClient,
+    start_tree_cache,
 )
 from starlight_py.model.permissions import Permission
 
@@ -138,7 +139,7 @@ class PermissionCache:
     def start(self) -> None:
         """Blocks until ZooKeeper answers the first reads."""
         self._tree.listen(self._on_event)
-        self._tree.start()
+        start_tree_cache(self._tree, "the permissions cache")
 
     def close(self) -> None:
         self._tree.close()

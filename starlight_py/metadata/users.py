@@ -26,6 +26,7 @@ from starlight_py.metadata.zookeeper import (
     NodeAlreadyExists,
     NodeMissing,
     ZooKeeperClient,
+    start_tree_cache,
 )
 from starlight_py.model.permissions import FULL_PERMISSION
 from starlight_py.model.users import ADMINISTRATOR_TAG, DEFAULT_PASSWORD, DEFAULT_USER, User
@@ -138,7 +139,7 @@ class UserCache:
     def start(self) -> None:
         """Blocks until ZooKeeper answers the first reads."""
         self._tree.listen(self._on_event)
-        self._tree.start()
+        start_tree_cache(self._tree, "the users cache")
 
     def close(self) -> None:
         self._tree.close()

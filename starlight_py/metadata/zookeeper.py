@@ -17,6 +17,8 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
@@ -25,6 +27,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.cache import TreeCache
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
 
@@ -105,6 +108,25 @@ def _translate(error: Exception) -> Exception:
         if isinstance(error, theirs):
             return ours(str(error) or theirs.__name__)
     return MetadataUnavailable(f"ZooKeeper error: {type(error).__name__}: {error}")
+
+
+def start_tree_cache(tree: TreeCache, what: str) -> None:
+    """Start a kazoo TreeCache, even when ZooKeeper goes away meanwhile.
+
+    `TreeCache.start` registers its session listener first, then makes sure its root exists
+    and reads it; when the connection drops in between (ZooKeeper restarted right then), it
+    raises. The cache is started anyway: its listener reads the whole tree again on
+    reconnection, so it follows ZooKeeper once it is back, as after any other drop.
+    Blocking; raises nothing but a KazooException not due to the connection (programming
+    errors such as starting twice)."""
+    try:
+        tree.start()
+    except (ConnectionLoss, ConnectionClosedError, SessionExpiredError, KazooTimeoutError) as e:
+        log.warning(
+            "%s: ZooKeeper went away while it started (%s); it follows ZooKeeper once it is back",
+            what,
+            type(e).__name__,
+        )
 
 
 class ZooKeeperClient:
