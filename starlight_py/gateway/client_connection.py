@@ -116,6 +116,8 @@ class ClientConnection:
         )
         self._nursery: trio.Nursery | None = None
         self._bindings_changed = trio.Event()
+        # The queues of this vhost changed since consumers last followed (None: any).
+        self._changed_queues: set[str] | None = set()
         self._wakeup = trio.Event()
         self._output_taken = trio.Event()
         # Plain TCP: output is written to the socket's file descriptor directly when the
@@ -172,7 +174,20 @@ class ClientConnection:
             except Exception:
                 self._log.exception("%s: could not delete its exclusive queues", self.id)
 
-    def _on_topology_change(self) -> None:
+    def _on_topology_change(self, touched: frozenset[tuple[str, str]] | None) -> None:
+        """Queues changed (None: any may have): those of this vhost that this connection
+        consumes from are followed. The work per change does not grow with the number of
+        queues elsewhere."""
+        if self.vhost is None:
+            return
+        if touched is None:
+            self._changed_queues = None
+        elif self._changed_queues is not None:
+            vhost = self.vhost.vhost
+            mine = {queue for each, queue in touched if each == vhost}
+            if not mine:
+                return
+            self._changed_queues |= mine
         self._bindings_changed.set()
 
     async def _follow_bindings(self) -> None:
@@ -180,12 +195,14 @@ class ClientConnection:
         while True:
             await self._bindings_changed.wait()
             self._bindings_changed = trio.Event()
+            changed, self._changed_queues = self._changed_queues, set()
             if self.messages is not None:
                 try:
-                    await self.messages.consumers.follow_bindings()
+                    await self.messages.consumers.follow_bindings(changed)
                 except Exception as e:
                     self._log.warning("%s: following binding changes failed: %s", self.id, e)
                     await trio.sleep(1)
+                    self._changed_queues = None
                     self._bindings_changed.set()
 
     # ---- reading ----------------------------------------------------------------------------

@@ -330,12 +330,12 @@ class Consumers:
             start = link.topic_starts.setdefault(topic, starts[topic])
         return start
 
-    async def follow_bindings(self) -> None:
-        """Subscribe consumers to bindings added after they started; cancel (with
-        basic.cancel, as RabbitMQ does with consumer_cancel_notify) consumers whose queue
-        was deleted."""
+    async def follow_bindings(self, queues: set[str] | None = None) -> None:
+        """Subscribe consumers of `queues` (None: of every queue) to bindings added after
+        they started; cancel (with basic.cancel, as RabbitMQ does with
+        consumer_cancel_notify) consumers whose queue was deleted."""
         for link in list(self.links):
-            if link.cancelled:
+            if link.cancelled or (queues is not None and link.queue not in queues):
                 continue
             if self.cache.queue(self.ctx.vhost, link.queue) is None:
                 still = await trio.to_thread.run_sync(

@@ -57,6 +57,9 @@ from starlight_py.topology.service import TopologyService
 log = logging.getLogger("starlight.expiry")
 
 REFRESH = 0.5  # s: whether this proxy leads is asked again this often (and on a change)
+# ... and this often when the candidates are watched (a change is heard at once; the look
+# is a safety net, two ZooKeeper reads: idle proxies do not poll).
+REFRESH_WATCHED = 10.0
 TICK = 0.1  # s: the topology is looked at for new queues this often
 IDLE_POLL = 1.0  # s: the leader looks again at a queue whose head does not expire
 BUSY_POLL = 1.0  # s: a queue with consumers is looked at again after this long
@@ -140,11 +143,14 @@ class ExpiryReaper:
             seen_changes = -1
             while True:
                 now = trio.current_time()
-                if now - asked >= REFRESH or self._lead_changed:
+                refresh = REFRESH if self.watch_lead is None else REFRESH_WATCHED
+                if now - asked >= refresh or self._lead_changed:
                     self._lead_changed = False
-                    self._leading = await self._ask_lead()
+                    leading = await self._ask_lead()
+                    if leading != self._leading:
+                        seen_changes = -1  # the queues to watch change with the lead
+                    self._leading = leading
                     asked = now
-                    seen_changes = -1
                 if seen_changes != self.cache.changes:
                     seen_changes = self.cache.changes
                     self._refresh(now)

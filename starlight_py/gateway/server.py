@@ -8,6 +8,7 @@ import os
 import secrets
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,7 @@ from starlight_py.gateway.vhosts import VhostResolver
 from starlight_py.management.http_server import serve_http
 from starlight_py.management.routes import management_api
 from starlight_py.management.static_ui import with_ui
-from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.cache import QueueChange, TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.metadata.records import Paths
@@ -73,6 +74,7 @@ from starlight_py.model.proxy_protocol import ProxyHeader, ProxyProtocolError
 from starlight_py.ops.health import serve_health
 from starlight_py.ops.metrics import LiveCounts, ProxyMetrics
 from starlight_py.ops.queue_metrics import QueueMetrics
+from starlight_py.topology.background_work import BackgroundWork
 from starlight_py.topology.service import TopologyService
 from starlight_py.workers import worker_index
 
@@ -120,7 +122,12 @@ class ProxyServices:
     connections: set[ClientConnection] = field(default_factory=set)
     requeued: RequeuedPositions = field(default_factory=RequeuedPositions)
     # Connections to tell when the topology changes (consumers follow new bindings).
-    change_listeners: set[Callable[[], None]] = field(default_factory=set)
+    change_listeners: set[Callable[[frozenset[tuple[str, str]] | None], None]] = field(
+        default_factory=set
+    )
+    _changes_lock: threading.Lock = field(default_factory=threading.Lock)
+    _changed_queues: set[tuple[str, str]] | None = field(default_factory=set)
+    _changes_scheduled: bool = False
     # Set when a graceful shutdown starts: /readyz answers 503 from then on.
     shutting_down: bool = False
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
@@ -177,10 +184,27 @@ class ProxyServices:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(close_user_connections, self, name)
 
-    def topology_changed(self) -> None:
-        """Runs on kazoo's thread: only schedules work on trio's."""
+    def topology_changed(self, touched: QueueChange) -> None:
+        """Runs on kazoo's thread: only gathers the changed queues and schedules one call
+        on trio's, which tells every listener the queues changed since the last one (None:
+        any may have)."""
+        with self._changes_lock:
+            if touched is None:
+                self._changed_queues = None
+            elif self._changed_queues is not None:
+                self._changed_queues.add(touched)
+            if self._changes_scheduled:
+                return
+            self._changes_scheduled = True
+        self._token.run_sync_soon(self._tell_change_listeners)
+
+    def _tell_change_listeners(self) -> None:
+        with self._changes_lock:
+            changed, self._changed_queues = self._changed_queues, set()
+            self._changes_scheduled = False
+        frozen = None if changed is None else frozenset(changed)
         for listener in list(self.change_listeners):
-            self._token.run_sync_soon(listener)
+            listener(frozen)
 
     _token: Any = None
 
@@ -272,6 +296,8 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     proxy_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
     ephemerals = EphemeralNodes(zookeeper, proxy_id)
     topology = TopologyService(zookeeper, paths, admin, backend, ephemerals)
+    # A deleted queue's Pulsar subscriptions go after delete-ok (topology/background_work.py).
+    topology.after_reply = BackgroundWork("queue-deletes").submit
     cache = TopologyCache(zookeeper, paths)
     # Binding changes of topic and headers exchanges wait until every proxy routes by them.
     cache.on_routing_version(RoutingReports(zookeeper, paths, proxy_id).caught_up)

@@ -53,6 +53,9 @@ log = logging.getLogger("starlight.cache")
 
 V = TypeVar("V")
 
+WAIT_RECHECK = 0.05  # s: wait_until asks its predicate again at least this often
+QueueChange = tuple[str, str] | None
+"""What a change concerns (TopologyCache.on_change): (vhost, queue), or None: any queue."""
 VERSION_CHECK_PAUSE = 0.0005  # s between looks for reads in flight (routing versions)
 
 
@@ -128,7 +131,8 @@ class TopologyCache:
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[QueueChange], None]] = []
+        self._changed = threading.Condition()
         # Routing versions seen but not yet reported (metadata/routing_barrier.py).
         self._version_listeners: list[Callable[[str, int], None]] = []
         self._pending_versions: dict[str, int] = {}
@@ -180,8 +184,11 @@ class TopologyCache:
         else:
             queue_task(call)
 
-    def on_change(self, callback: Callable[[], None]) -> None:
-        """Call `callback` (on kazoo's thread) after every applied change."""
+    def on_change(self, callback: Callable[[QueueChange], None]) -> None:
+        """Call `callback(touched)` (on kazoo's thread) after every applied change:
+        `touched` is the (vhost, queue) whose binding sets, retired subscriptions or record
+        changed, or None when the change may concern any queue (a vhost, exchange or
+        policy)."""
         self._listeners.append(callback)
 
     # ---- reads (any thread) -----------------------------------------------------------------
@@ -366,13 +373,18 @@ class TopologyCache:
         return {b.queue for b in self.routed_sets(vhost, exchange, routing_key, headers)}
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Poll `predicate` until true or `timeout`; for tests and startup."""
+        """Whether `predicate` became true within `timeout` seconds; it is asked again after
+        each change the cache applies (blocking: call it in a worker thread)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            time.sleep(0.001)
-        return predicate()
+        with self._changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                # Bounded: a change the predicate reads but no event announces (a consumer
+                # count) is still seen soon.
+                self._changed.wait(min(left, WAIT_RECHECK))
+        return True
 
     # ---- events (kazoo's thread) ------------------------------------------------------------
 
@@ -401,6 +413,7 @@ class TopologyCache:
             return
         if not _indexed(parts):
             return  # owners, usage marks: nothing routing or consumers follow
+        retired_before = self._retired_queue(parts)
         try:
             self._apply(parts, None if removed else data.data)
         except (RecordError, ValueError) as e:
@@ -408,8 +421,23 @@ class TopologyCache:
             return
         self.changes += 1
         self.last_change = time.time()
+        if parts[1:2] == ["retired"]:
+            queue = self._retired_queue(parts) or retired_before
+            touched: QueueChange = None if queue is None else (name_of(parts[0]), queue)
+        else:
+            touched = _touched_queue(parts)
         for callback in self._listeners:
-            callback()
+            callback(touched)
+        with self._changed:
+            self._changed.notify_all()
+
+    def _retired_queue(self, parts: list[str]) -> str | None:
+        """The queue of the retired subscription at `parts`, as the cache holds it now."""
+        if len(parts) != 3 or parts[1] != "retired":
+            return None
+        with self._lock:
+            record = self._retired.get((name_of(parts[0]), name_of(parts[2])))
+        return None if record is None else record.queue
 
     def _count_consumer(self, vhost: str, queue: str, consumer: str, removed: bool) -> None:
         with self._lock:
@@ -636,6 +664,13 @@ def _index(index: dict[str, dict[str, V]], vhost: str, name: str, value: V | Non
         index[vhost] = updated
     else:
         index.pop(vhost, None)
+
+
+def _touched_queue(parts: list[str]) -> QueueChange:
+    """The queue a change at `parts` concerns (see TopologyCache.on_change)."""
+    if len(parts) >= 3 and parts[1] == "queues":
+        return (name_of(parts[0]), name_of(parts[2]))
+    return None
 
 
 def _indexed(parts: list[str]) -> bool:

@@ -71,6 +71,7 @@ from starlight_py.model.topology import (
     validate_queue,
     validate_queue_arguments,
 )
+from starlight_py.topology.background_work import at_once
 from starlight_py.topology.errors import TopologyConflict
 from starlight_py.topology.exchange_bindings import ExchangeBindings, unique_deletes
 
@@ -151,6 +152,9 @@ class TopologyService:
         # ... and its deliveries settled a moment ago, which Pulsar may still count.
         self.local_settling: Callable[[str, str], int] = lambda _vhost, _queue: 0
         self.exchange_bindings = ExchangeBindings(zookeeper, paths, self.get_exchange)
+        # Runs the Pulsar side of a queue deletion (see background_work.py): at once in the
+        # admin tool, after delete-ok in the proxy.
+        self.after_reply: Callable[[Callable[[], object]], None] = at_once
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -174,17 +178,24 @@ class TopologyService:
         return self._read(self.paths.queue(vhost, name))
 
     def binding_sets(self, vhost: str, queue: str) -> list[tuple[BindingSet, int]]:
-        """The queue's binding sets, and the retired ones still draining into it."""
+        """The queue's binding sets, and the retired ones still draining into it (version
+        -1)."""
+        return self._with_draining(self._active_sets(vhost, queue), self.draining(vhost, queue))
+
+    def _active_sets(self, vhost: str, queue: str) -> list[tuple[BindingSet, int]]:
         base = self.paths.queue_bindings(vhost, queue)
         sets = []
         for child in self.zk.children(base):
             found = self._read(f"{base}/{child}")
             if found is not None:
                 sets.append(found)
-        for record, _ in self.draining(vhost, queue):
-            if record.binding_set is not None:
-                sets.append((record.binding_set, -1))
         return sets
+
+    @staticmethod
+    def _with_draining(
+        active: list[tuple[BindingSet, int]], draining: list[tuple[RetiredSubscription, int]]
+    ) -> list[tuple[BindingSet, int]]:
+        return active + [(r.binding_set, -1) for r, _ in draining if r.binding_set is not None]
 
     def draining(self, vhost: str, queue: str) -> list[tuple[RetiredSubscription, int]]:
         """Retired subscriptions of `queue` that still hold messages routed to it."""
@@ -510,17 +521,27 @@ class TopologyService:
         return self.queue_overview(vhost, namespace, name)[0]
 
     def queue_overview(
-        self, vhost: str, namespace: NamespaceName, name: str
+        self,
+        vhost: str,
+        namespace: NamespaceName,
+        name: str,
+        known: tuple[Queue | None, list[tuple[BindingSet, int]]] | None = None,
     ) -> tuple[QueueCounts, QueueFlow]:
         """`queue_counts`, and how messages flow through the queue (from the same stats
-        calls). Raises as `queue_depth`."""
+        calls). `known`: the queue and its `binding_sets` as just read (not read again).
+        Raises as `queue_depth`."""
         consumers = self.consumer_count(vhost, name)
-        found = self.get_queue(vhost, name)
-        if found is not None and is_stream(found[0].arguments):
+        if known is None:
+            found = self.get_queue(vhost, name)
+            queue = None if found is None else found[0]
+        else:
+            queue = known[0]
+        if queue is not None and is_stream(queue.arguments):
             # RabbitMQ 3.10 counts no messages in a stream's declare-ok; its size is in
             # `queue_depth` (starlight-admin, metrics).
             return QueueCounts(0, consumers), QueueFlow()
-        depth, _, flow = self.queue_depth_and_flow(vhost, namespace, name, False)
+        sets = None if known is None else known[1]
+        depth, _, flow = self.queue_depth_and_flow(vhost, namespace, name, False, sets)
         return QueueCounts(depth.messages, consumers), flow
 
     def consumer_count(self, vhost: str, name: str) -> int:
@@ -555,17 +576,22 @@ class TopologyService:
         return depth, by_subscription
 
     def queue_depth_and_flow(
-        self, vhost: str, namespace: NamespaceName, name: str, with_bytes: bool
+        self,
+        vhost: str,
+        namespace: NamespaceName,
+        name: str,
+        with_bytes: bool,
+        sets: list[tuple[BindingSet, int]] | None = None,
     ) -> tuple[QueueDepth, dict[str, tuple[naming.TopicName, int]], QueueFlow]:
-        """`queue_depth`, and the flow through the queue's subscriptions. Raises as
-        `queue_depth`."""
+        """`queue_depth`, and the flow through the queue's subscriptions (`sets`: its
+        `binding_sets` as just read). Raises as `queue_depth`."""
         flow = QueueFlow()
         waiting = 0
         undispatched = 0
         stored = 0
         backlog = 0
         by_subscription: dict[str, tuple[naming.TopicName, int]] = {}
-        for binding_set, _ in self.binding_sets(vhost, name):
+        for binding_set, _ in self.binding_sets(vhost, name) if sets is None else sets:
             topic = naming.TopicName(namespace, binding_set.subscription_topic)
             stats = self.admin.subscription_stats(topic, with_bytes).get(binding_set.subscription)
             if stats is not None:
@@ -638,16 +664,16 @@ class TopologyService:
             extra_ops = self._queue_children_ops(vhost, name, still_abandoned is None)
             if extra_ops is None or (still_abandoned is not None and not still_abandoned(queue)):
                 return None  # in use again
-            counts = self.queue_counts(vhost, namespace, name)
+            # Read once: the counts and the transaction below work from the same records.
+            sets = self._active_sets(vhost, name)
+            draining = self.draining(vhost, name)
+            counts = self.queue_overview(
+                vhost, namespace, name, (queue, self._with_draining(sets, draining))
+            )[0]
             if if_unused and counts.consumer_count:
                 raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use", (50, 40))
             if if_empty and counts.message_count:
                 raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' not empty", (50, 40))
-            sets = [
-                (b, v)
-                for b, v in self.binding_sets(vhost, name)
-                if v >= 0  # retired ones are handled below
-            ]
             ops: list[Op] = []
             retired = []
             for binding_set, set_version in sets:
@@ -669,12 +695,12 @@ class TopologyService:
                         encode(retired[-1]),
                     )
                 )
-            for draining, draining_version in self.draining(vhost, name):
-                undrained = replace(draining, drain=False)
+            for retired_record, draining_version in draining:
+                undrained = replace(retired_record, drain=False)
                 retired.append(undrained)
                 ops.append(
                     SetData(
-                        self.paths.retired_subscription(vhost, draining.subscription),
+                        self.paths.retired_subscription(vhost, retired_record.subscription),
                         encode(undrained),
                         draining_version,
                     )
@@ -688,10 +714,18 @@ class TopologyService:
             self._commit_or_retry(ops)
             self.ephemerals.forget_under(self.paths.queue(vhost, name) + "/")
             log.info("deleted queue %r in vhost %r%s", name, vhost, f" ({reason})" * bool(reason))
-            for record in retired:
-                self._drop_subscription_now(vhost, namespace, record)
             if is_stream(queue.arguments):
+                # Before the reply: the topic is named after the queue, so a stream declared
+                # again right after must not lose its first messages to a late delete.
                 self._delete_stream_topic(namespace, name)
+
+            def drop() -> None:
+                # Subscriptions have names of their own, binding topics too: a queue
+                # declared again meanwhile has others.
+                for record in retired:
+                    self._drop_subscription_now(vhost, namespace, record)
+
+            self.after_reply(drop)
             return counts.message_count
 
         return _retrying(attempt)

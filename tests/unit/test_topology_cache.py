@@ -8,6 +8,7 @@ cache against a real one (tests/integration/test_topology_cluster.py).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,7 @@ from starlight_py.metadata.records import (
     BindingSet,
     ExchangeBinding,
     Paths,
+    RetiredSubscription,
     VhostRecord,
     encode,
     segment,
@@ -216,7 +218,7 @@ def test_a_record_of_the_wrong_kind_is_not_taken(cache: TopologyCache) -> None:
 
 def test_events_are_applied_and_counted_and_listeners_called(cache: TopologyCache) -> None:
     calls: list[int] = []
-    cache.on_change(lambda: calls.append(cache.changes))
+    cache.on_change(lambda touched: calls.append(cache.changes))
     path = PATHS.exchange("/", "orders")
     cache._on_event(event(TreeEvent.NODE_ADDED, path, encode(Exchange("orders", "direct"))))
     assert cache.exchange("/", "orders") == Exchange("orders", "direct")
@@ -228,6 +230,40 @@ def test_events_are_applied_and_counted_and_listeners_called(cache: TopologyCach
     assert cache.changes == 3
     assert calls == [1, 2, 3]
     assert cache.last_change > 0
+
+
+def test_listeners_hear_which_queue_a_change_concerns(cache: TopologyCache) -> None:
+    """Connections follow only the queues a change concerns (gateway/client_connection.py):
+    the work per change does not grow with the queues elsewhere."""
+    touched: list[object] = []
+    cache.on_change(touched.append)
+    put_event = TreeEvent.NODE_ADDED
+    cache._on_event(event(put_event, PATHS.queue("/", "q1"), encode(Queue("q1"))))
+    orders = binding_set("q2", "orders", "orders-topic", "k")
+    cache._on_event(event(put_event, PATHS.binding_set("/", "q2", "orders-topic"), encode(orders)))
+    retired = RetiredSubscription("orders-topic", "q3~~1", "q3", None, True, 1.0)
+    retired_path = PATHS.retired_subscription("/", "q3~~1")
+    cache._on_event(event(put_event, retired_path, encode(retired)))
+    # A removal still names the queue of the record it removes.
+    cache._on_event(event(TreeEvent.NODE_REMOVED, retired_path, None))
+    cache._on_event(
+        event(put_event, PATHS.exchange("/", "orders"), encode(Exchange("orders", "topic")))
+    )
+    assert touched == [("/", "q1"), ("/", "q2"), ("/", "q3"), ("/", "q3"), None]
+
+
+def test_wait_until_wakes_on_a_change(cache: TopologyCache) -> None:
+    result: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: result.append(
+            cache.wait_until(lambda: cache.queue("/", "late") is not None, 30)
+        )
+    )
+    waiter.start()
+    cache._on_event(event(TreeEvent.NODE_ADDED, PATHS.queue("/", "late"), encode(Queue("late"))))
+    waiter.join(30)
+    assert result == [True]
+    assert cache.wait_until(lambda: False, 0.01) is False
 
 
 def test_initialized_means_ready(cache: TopologyCache) -> None:
@@ -286,7 +322,7 @@ def test_unreadable_znodes_are_ignored_with_a_warning(
     cache: TopologyCache, path: str, data: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
     calls: list[None] = []
-    cache.on_change(lambda: calls.append(None))
+    cache.on_change(lambda touched: calls.append(None))
     with caplog.at_level(logging.WARNING, logger="starlight.cache"):
         cache._on_event(event(TreeEvent.NODE_ADDED, path, data))
     assert "ignoring unreadable znode" in caplog.text

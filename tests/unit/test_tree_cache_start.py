@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 import pytest
@@ -54,7 +55,5 @@ def test_a_quiet_start_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
 def test_kazoo_registers_its_session_listener_before_it_can_fail() -> None:
     """What makes a failed start safe: the listener that reads the tree again on
     reconnection is in place before the first ZooKeeper call of `start`."""
-    import inspect
-
     source = inspect.getsource(TreeCache.start)
     assert source.index("add_listener") < source.index("ensure_path")
