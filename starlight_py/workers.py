@@ -1,5 +1,5 @@
-"""`starlight-proxy serve --workers N`: N proxy processes on the same ports (DESIGN.md
-section 7), like gunicorn's workers.
+"""`starlight-proxy serve --workers N`: N proxy processes on the same ports, like
+gunicorn's workers.
 
 One Python process runs its AMQP work on one trio thread, so it uses about one core. The
 proxy is stateless (everything shared lives in ZooKeeper and Pulsar), so N processes on one

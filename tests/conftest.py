@@ -8,7 +8,7 @@ import pytest
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    # A skipped integration test in CI is a failure of CI, not a pass (DESIGN.md section 8).
+    # A skipped integration test in CI is a failure of CI, not a pass.
     if not os.environ.get("CI"):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

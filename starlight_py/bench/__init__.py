@@ -8,8 +8,8 @@ The default suite (``java_suite``) drives the servers with Java load generators:
 PerfTest (fetched once by ``perftest_install``, run and read by ``perftest``) against the
 proxy and RabbitMQ, ``pulsar-perf`` (``pulsar_perf``) against Pulsar. Their per-interval
 lines make the measured window (``window``), /proc gives each server's CPU over it
-(``cpu``), ``targets`` judges the figures against DESIGN.md section 7 and ``java_report``
-prints them.
+(``cpu``), ``targets`` judges the figures against the performance targets
+(docs/performance.md) and ``java_report`` prints them.
 
 ``--clients python`` runs the older suite: ``runner`` runs one case with pika, aio-pika or
 pulsar-client producer and consumer processes started from ``worker``, ``report`` turns the

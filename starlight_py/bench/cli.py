@@ -2,7 +2,7 @@
 
 Two suites. The default (``--clients java``, ``java_suite``): RabbitMQ PerfTest against the
 proxy and RabbitMQ, ``pulsar-perf`` against Pulsar, CPU per message of each server from
-/proc, and the targets of DESIGN.md section 7 met or missed. ``--clients python``
+/proc, and the performance targets (docs/performance.md) met or missed. ``--clients python``
 (``runner``): pika / aio-pika / pulsar-client workers, by body size and confirm mode.
 
 Cases are run scenario by scenario (and for the Python clients size by size, confirm mode

@@ -4,7 +4,7 @@ Publishes N messages (default 100,000) to an x-delayed-message exchange, each wi
 ``x-delay`` of up to ``--max-delay`` seconds (default 60), consumes them from a queue bound
 to it in another process, and prints how late each arrived after its due time (publish
 time + delay) as percentiles, how many came early (must be 0) and how many never came or
-came twice. A script that prints figures, not a test (DESIGN.md section 7).
+came twice. A script that prints figures, not a test.
 
 Without ``--url`` it starts ZooKeeper, Pulsar standalone (with the delayed-delivery settings
 of ``starlight_py.local``) and one proxy in a temporary folder, like ``starlight_py.bench``;

@@ -14,9 +14,9 @@ Measures issue 18's items 1 and 2 over many messages, on the proxy and, with
 The publish time is taken just before the publish call, so the publish latency counts as
 lateness. Prints, per scenario and broker: messages received, lost (never came), early, and
 lateness min / p50 / p90 / p99 / max, and the first message's alone (right after a proxy
-starts, whether it leads the expiry work matters). A script that prints figures, not a test
-(DESIGN.md section 7). Without ``--url`` it starts ZooKeeper, Pulsar standalone and one
-proxy in a temporary folder, like ``starlight_py.bench.delayed``.
+starts, whether it leads the expiry work matters). A script that prints figures, not a
+test. Without ``--url`` it starts ZooKeeper, Pulsar standalone and one proxy in a temporary
+folder, like ``starlight_py.bench.delayed``.
 
 ``--handover`` starts two proxies instead, measures ``queue-ttl`` through the second one and
 stops the first (the cleaner's leader, which reaps TTL queues nobody reads) gracefully

@@ -6,7 +6,7 @@ ordinary queue and a priority queue (``x-max-priority`` 5, messages of prioritie
 consumer (prefetch 10, manual ack) and prints, over ``--rounds`` rounds (default 20), the
 median and worst time from ``basic.consume`` to consume-ok, to the first delivery and to the
 last, and how many rounds delivered a priority queue's messages out of priority order. A
-script that prints figures, not a test (DESIGN.md section 7).
+script that prints figures, not a test.
 
 Example, against a running ``starlight-proxy standalone`` and a RabbitMQ::
 

@@ -194,7 +194,7 @@ def print_report(
     print("✓ target met, ✗ missed. CPU: µs of CPU per message consumed, read from /proc over")
     print("the measured window; Pulsar's on a proxy row is the Pulsar behind the proxy.")
     sections = [
-        ("targets (DESIGN.md section 7):", verdict_lines(judged)),
+        ("targets (docs/performance.md):", verdict_lines(judged)),
         ("proxy CPU by thread, µs/msg:", thread_lines(results)),
         ("proxy workers:", worker_lines(results)),
     ]

@@ -7,8 +7,7 @@ stored), learns the offset of the middle one (a ``last`` consumer after the firs
 then starts a consumer
 at that offset (prefetch 1000, manual ack) and prints the time from ``basic.consume`` to the
 first delivery, that the first message is the middle one, and the time to read
-``--read`` messages (default 10,000) from there. A script that prints figures, not a test
-(DESIGN.md section 7).
+``--read`` messages (default 10,000) from there. A script that prints figures, not a test.
 
 Example, against a running ``starlight-proxy standalone`` and a RabbitMQ::
 

@@ -1,4 +1,4 @@
-"""The performance targets of DESIGN.md section 7, and whether a run met them.
+"""The performance targets (docs/performance.md), and whether a run met them.
 
 Every target is a figure of the proxy's row of a scenario, compared with the RabbitMQ row
 or the pulsar-perf row of the same scenario (same machine, same run):

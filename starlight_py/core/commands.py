@@ -1,6 +1,6 @@
 """What the message core asks of the gateway, besides the frames it writes.
 
-Commands are imperative (STYLE.md rule 3) and carry the gateway's own objects back to it:
+Commands are imperative and carry the gateway's own objects back to it:
 `sources` are whatever the gateway handed in with a message (a Pulsar consumer and the
 message it read), `consumer.link` is the gateway's record of an AMQP consumer. The core
 never looks inside them.

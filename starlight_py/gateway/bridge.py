@@ -1,4 +1,4 @@
-"""The one way pulsar-client and kazoo threads reach trio (DESIGN.md section 2).
+"""The one way pulsar-client and kazoo threads reach trio.
 
 Python callbacks on their threads put items into a `Batcher`, which hands them to a
 function on the trio thread in batches: one wake-up (`TrioToken.run_sync_soon`) for

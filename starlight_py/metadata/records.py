@@ -251,7 +251,7 @@ class BindingEntry:
 @dataclass(frozen=True)
 class BindingSet:
     """The bindings of one queue to one exchange topic, read through one shared Pulsar
-    subscription (DESIGN.md section 3)."""
+    subscription (docs/mapping.md)."""
 
     queue: str
     exchange: str

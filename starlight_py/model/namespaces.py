@@ -1,4 +1,4 @@
-"""Which Pulsar namespace holds a vhost's topics (DESIGN.md section 3, Starlight-compatible).
+"""Which Pulsar namespace holds a vhost's topics (Starlight-compatible).
 
 `/` or empty -> `<default tenant>/<default namespace>`; `name` or `/name` ->
 `<default tenant>/name` (or `name/<default namespace>` with `map_short_to_tenant`);

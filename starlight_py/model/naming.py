@@ -1,4 +1,4 @@
-"""How AMQP names become Pulsar topic and subscription names (DESIGN.md section 3).
+"""How AMQP names become Pulsar topic and subscription names.
 
 This format is public: Spark jobs and Pulsar-native consumers find an exchange's messages by
 these names, and docs/mapping.md is written from these docstrings. Change it and their

@@ -1,5 +1,5 @@
 """A consumer follows bindings added after it started, even when they are made on another
-proxy (DESIGN.md section 3: consumers follow bindings added later)."""
+proxy (docs/compatibility.md: `basic.consume` follows bindings added later)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The targets of DESIGN.md section 7: the ratios they are stated in, and the verdicts."""
+"""The performance targets (docs/performance.md): the ratios they are stated in, and the
+verdicts."""
 
 from __future__ import annotations
 
