@@ -258,6 +258,10 @@ def test_the_proxy_works_on_a_cluster_of_brokers_and_bookies(cluster: LocalClust
     assert len(stats) == 1 and next(iter(stats.values())).backlog == 0
     for queue, _ in queues:
         delete(cluster, queue)
+    # The subscriptions go right after delete-ok (topology/background_work.py).
+    deadline = time.monotonic() + 30
+    while PulsarAdmin(other.web_url).subscription_stats(topic) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert PulsarAdmin(other.web_url).subscription_stats(topic) == {}
 
 
