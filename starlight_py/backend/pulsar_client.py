@@ -108,6 +108,9 @@ FlushCallback = Callable[[int, bool, str], None]
 # message it cannot send (over the broker's maxMessageSize without chunking, beyond its
 # memory limit) without telling a flush.
 TRACKED_SIZE = 512 * 1024
+# s: how long `flush_blocking` waits for a producer still being made (pulsar-client gives up
+# on a producer within its operation timeout, 30 s by default).
+PENDING_PRODUCER_WAIT = 60.0
 # A reader thread takes at most this many messages per hand-over to trio, and waits at most
 # this long (ms) for more once at least one is there.
 READ_BATCH = 256
@@ -144,19 +147,27 @@ class ProducerHandle:
         batching: bool = False,
         flusher: Flusher | None = None,
     ) -> None:
-        """Raises NativeFlushUnavailable (no `flusher` given, and this pulsar-client cannot
-        be flushed without the GIL: producer_flush.py)."""
+        """`producer` None: a producer still being made (see `pending`). Raises
+        NativeFlushUnavailable (no `flusher` given, and this pulsar-client cannot be
+        flushed without the GIL: producer_flush.py)."""
         self._producer = producer
-        self._raw = producer._producer
+        self._raw = None if producer is None else producer._producer
         # Flushes never go through the binding's flush_async (producer_flush.py says why).
         # Untracked sends go through the compiled C API path when it is there
         # (producer_send.py): built at once, handed over by `_send_pending`.
         self._sender: Sender | None = None
-        if flusher is None:
+        if flusher is None and producer is not None:
             native = ProducerFlusher(self._raw)
             self._sender = make_sender(native.address)
             flusher = native
-        self._flusher = flusher
+        self._flusher: Flusher | None = flusher
+        # While the producer is being made: what was asked of it, in order, and the event
+        # `flush_blocking` waits for; then the error if it could not be made.
+        self._waiting: list[Callable[[], None]] | None = [] if producer is None else None
+        self._made = threading.Event()
+        if producer is not None:
+            self._made.set()
+        self._failure: str | None = None
         self._capacity = capacity
         self.topic = topic
         self.batching = batching
@@ -177,9 +188,57 @@ class ProducerHandle:
     def has_room(self) -> bool:
         return self.in_flight < self._capacity
 
+    @classmethod
+    def pending(cls, capacity: int, topic: TopicName, batching: bool) -> ProducerHandle:
+        """A handle whose producer is still being made (ProducerPool): sends, tracked sends
+        and flushes are kept, in order, and done by `adopt` once it is made, or failed by
+        `fail`. The publishing connection need not wait: its later sends to the topic queue
+        behind these, and their outcomes come as from any producer."""
+        return cls(None, capacity, topic, batching)
+
+    @property
+    def made(self) -> bool:
+        """The producer exists (or could not be made): nothing waits to be sent."""
+        return self._waiting is None
+
+    def adopt(self, made: ProducerHandle) -> None:
+        """The producer of a `pending` handle is made (trio thread): take it over and do
+        what waited, in order. `made` is not used afterwards."""
+        self._producer, self._raw = made._producer, made._raw
+        self._sender, self._flusher = made._sender, made._flusher
+        self._capacity, self.batching = made._capacity, made.batching
+        self._run_waiting()
+
+    def fail(self, error: str) -> None:
+        """The producer of a `pending` handle cannot be made (trio thread): what waited,
+        and whatever is asked later, fails with `error`."""
+        self._failure = error
+        self._run_waiting()
+
+    def _run_waiting(self) -> None:
+        waiting, self._waiting = self._waiting or [], None
+        try:
+            for step in waiting:
+                step()
+        finally:
+            self._made.set()
+
     def send(self, body: bytes, properties: dict[str, str]) -> None:
         """Queue a message; its outcome comes with the next `flush`. The caller checked
         `has_room()` and that the message is smaller than TRACKED_SIZE."""
+        if self._raw is None:
+            if self._waiting is not None:
+                self._waiting.append(lambda: self._send_now(body, properties))
+            self.in_flight += 1
+            self._unflushed += 1
+            return
+        self._send_now(body, properties)
+        self.in_flight += 1
+        self._unflushed += 1
+
+    def _send_now(self, body: bytes, properties: dict[str, str]) -> None:
+        if self._raw is None:
+            return  # could not be made: the flush that covers it fails
         sender = self._sender
         if sender is None or not sender.add(body, properties):
             self._send_pending()  # what the sender holds goes first
@@ -187,8 +246,6 @@ class ProducerHandle:
             builder.content(body)
             builder.properties(properties)
             self._raw.send_async(builder.build(), None)
-        self.in_flight += 1
-        self._unflushed += 1
 
     def _send_pending(self) -> None:
         """Hand the compiled sender's messages to the producer: before a flush, and before
@@ -212,6 +269,18 @@ class ProducerHandle:
         # in a batch entry of its own: pulsar-client acknowledges such an id as its whole
         # entry, which would take the messages batched with it along.
         alone = self.batching and stored is not None
+        if self._raw is None:
+            self.in_flight += 1  # as `_send_with_callback` counts it
+
+            def later() -> None:
+                self.in_flight -= 1
+                self.send_tracked(body, properties, done, deliver_after_ms, stored)
+
+            if self._waiting is not None:
+                self._waiting.append(later)
+            else:
+                done(False, self._failure or "no producer")
+            return
         self._send_pending()
         self._send_with_callback(self._raw, alone, body, properties, done, deliver_after_ms, stored)
 
@@ -252,12 +321,13 @@ class ProducerHandle:
         if deliver_after_ms > 0:
             builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
         self.in_flight += 1
+        flusher = self._flusher if alone else None
         try:
-            if alone:
-                self._flusher.flush(None)  # close the batch being filled
+            if flusher is not None:
+                flusher.flush(None)  # close the batch being filled
             raw.send_async(builder.build(), callback)
-            if alone:
-                self._flusher.flush(None)  # and this one, before anything joins it
+            if flusher is not None:
+                flusher.flush(None)  # and this one, before anything joins it
         except pulsar.PulsarException as e:
             done(False, str(e))
 
@@ -270,6 +340,23 @@ class ProducerHandle:
         error that failed them; `covered` is how many untracked sends it accounts for:
         report them to `flushed` on the trio thread."""
         covered, self._unflushed = self._unflushed, 0
+        if self._flusher is None or self._raw is None:
+            failure = self._failure
+
+            def later() -> None:
+                self._flush_now(covered, done)
+
+            if self._waiting is not None:
+                self._waiting.append(later)
+            else:
+                done(covered, False, failure or "no producer")
+            return
+        self._flush_now(covered, done)
+
+    def _flush_now(self, covered: int, done: FlushCallback) -> None:
+        if self._flusher is None or self._raw is None:
+            done(covered, False, self._failure or "no producer")
+            return
         self._send_pending()
 
         def callback(result: int) -> None:
@@ -282,7 +369,11 @@ class ProducerHandle:
         self.in_flight -= covered
 
     def flush_blocking(self) -> None:
-        """Block until every send so far is written (or failed)."""
+        """Block until every send so far is written (or failed); a producer still being
+        made is waited for first (any thread but trio's)."""
+        self._made.wait(PENDING_PRODUCER_WAIT)
+        if self._producer is None:
+            return
         self._send_pending()
         try:
             self._producer.flush()
@@ -290,6 +381,8 @@ class ProducerHandle:
             log.debug("flushing producer: %s", e)
 
     def close(self) -> None:
+        if self._waiting is not None:
+            self.fail("the producer was closed")
         self._send_pending()
         for producer in (self._producer, self.large):
             if producer is None:
@@ -607,6 +700,12 @@ class PulsarBackend:
             return BackendUnavailable(f"{what}: {_TIMEOUT_HINT}")
         return BackendUnavailable(f"{what}: {e}")
 
+    @property
+    def producer_capacity(self) -> int:
+        """Sends a producer takes without an outcome: the client's own queue is left a
+        margin above it, so it never reports full."""
+        return max(1, self.producer_max_pending - 1)
+
     def create_producer(self, topic: TopicName) -> ProducerHandle:
         """Blocking. Raises BackendUnavailable or BackendError."""
         try:
@@ -628,11 +727,8 @@ class PulsarBackend:
             raise self._unusable(f"cannot create a producer on {topic}", e) from e
         except pulsar.PulsarException as e:
             raise BackendError(f"cannot create a producer on {topic}: {e}") from e
-        # Leave the client's own queue a margin above our limit, so it never reports full.
         try:
-            return ProducerHandle(
-                producer, max(1, self.producer_max_pending - 1), topic, batching=self.batching
-            )
+            return ProducerHandle(producer, self.producer_capacity, topic, batching=self.batching)
         except NativeFlushUnavailable as e:
             with contextlib.suppress(pulsar.PulsarException):
                 producer.close()

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import trio
 
-from starlight_py.backend.pulsar_client import ProducerHandle, PulsarBackend
+from starlight_py.backend.pulsar_admin import BackendUnavailable
+from starlight_py.backend.pulsar_client import BackendError, ProducerHandle, PulsarBackend
 from starlight_py.model import naming
 
 log = logging.getLogger("starlight.publish")
@@ -16,7 +17,14 @@ log = logging.getLogger("starlight.publish")
 class ProducerPool:
     """One producer per topic for the whole proxy process; a producer unused for
     `idle_timeout` seconds is closed by `close_idle_forever` (short-lived queues, such as RPC reply
-    queues, would otherwise keep one producer each for good)."""
+    queues, would otherwise keep one producer each for good).
+
+    While `close_idle_forever` runs, a topic's first `get` does not wait for Pulsar to make
+    the producer: it returns a pending handle (ProducerHandle.pending) at once and a task
+    of the pool makes the producer. A connection publishing round robin over 1,000 new
+    binding topics thus keeps publishing while 1,000 producers are made, instead of waiting
+    for each in turn; what it sent to a topic is written, in order, once the topic's
+    producer exists (or fails, and is nacked, if it cannot be made)."""
 
     def __init__(
         self,
@@ -33,6 +41,7 @@ class ProducerPool:
         self.retired = retired
         self._producers: dict[str, ProducerHandle] = {}
         self._locks: dict[str, trio.Lock] = {}
+        self._nursery: trio.Nursery | None = None  # makes producers; None: `get` waits
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -50,6 +59,14 @@ class ProducerPool:
         if producer is not None:
             producer.last_used = trio.current_time()
             return producer
+        if self._nursery is not None:
+            producer = ProducerHandle.pending(
+                self.backend.producer_capacity, topic, self.backend.batching
+            )
+            self._producers[key] = producer
+            self._nursery.start_soon(self._make, key, producer)
+            producer.last_used = trio.current_time()
+            return producer
         lock = self._locks.setdefault(key, trio.Lock())
         try:
             async with lock:
@@ -62,6 +79,23 @@ class ProducerPool:
                 self._locks.pop(key, None)
         producer.last_used = trio.current_time()
         return producer
+
+    async def _make(self, key: str, pending: ProducerHandle) -> None:
+        """Make the producer of a pending handle; if it cannot be made, what was sent to it
+        fails (and is nacked) and the next publish to the topic tries again."""
+        assert pending.topic is not None
+        try:
+            made = await trio.to_thread.run_sync(self.backend.create_producer, pending.topic)
+        except (BackendUnavailable, BackendError) as e:
+            log.warning("%s", e)
+            if self._producers.get(key) is pending:
+                del self._producers[key]
+            pending.fail(str(e))
+            return
+        if pending.made:  # closed meanwhile (the pool, at shutdown)
+            await trio.to_thread.run_sync(made.close)
+            return
+        pending.adopt(made)
 
     async def large(self, producer: ProducerHandle) -> ProducerHandle:
         """`producer` with its `large` producer (made on first use)."""
@@ -90,14 +124,20 @@ class ProducerPool:
         return taken
 
     async def close_idle_forever(self) -> None:
-        """Every tenth of `idle_timeout` (at most 10 s), close the idle producers."""
-        while True:
-            await trio.sleep(min(10.0, self.idle_timeout / 10))
-            idle = self.take_idle()
-            if idle:
-                log.debug("closing %d idle Pulsar producers", len(idle))
-                for producer in idle:
-                    await trio.to_thread.run_sync(producer.close)
+        """Every tenth of `idle_timeout` (at most 10 s), close the idle producers; and,
+        while this runs, make new producers without holding up their first publish."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                while True:
+                    await trio.sleep(min(10.0, self.idle_timeout / 10))
+                    idle = self.take_idle()
+                    if idle:
+                        log.debug("closing %d idle Pulsar producers", len(idle))
+                        for producer in idle:
+                            await trio.to_thread.run_sync(producer.close)
+            finally:
+                self._nursery = None
 
     def flush_all(self) -> None:
         """Blocking: wait until every publish handed to Pulsar so far is written. An unbind

@@ -118,6 +118,45 @@ def test_a_thousand_bindings_on_one_topic_exchange_route_each_message_once_per_q
             assert sorted(get_all(channel, queue, len(expected[queue]))) == sorted(expected[queue])
 
 
+ROUND_ROBIN_QUEUES = 120
+ROUND_ROBIN_ROUNDS = 5
+
+
+@pytest.mark.parametrize("mode", ["transaction", "no confirms"])
+def test_a_round_robin_over_new_binding_topics_delivers_each_message_once_in_order(
+    broker: Broker, created: Created, mode: str
+) -> None:
+    """Each queue's first message is its binding topic's first: the proxy makes that
+    topic's producer while the publisher goes on (gateway/producer_pool.py), and what was
+    sent meanwhile must be written in the order it was published, nothing lost, nothing
+    twice; a commit answers only once all of it is stored."""
+    exchange = created.exchange("rr")
+    queues = [created.queue(f"rr{i}") for i in range(ROUND_ROBIN_QUEUES)]
+    with pika.BlockingConnection(pika.URLParameters(broker.url())) as connection:
+        channel = connection.channel()
+        channel.exchange_declare(exchange, "topic")
+        for i, queue in enumerate(queues):
+            channel.queue_declare(queue)
+            channel.queue_bind(queue, exchange, f"rr.{i}.*")
+    with pika.BlockingConnection(pika.URLParameters(broker.url())) as connection:
+        channel = connection.channel()
+        if mode == "transaction":
+            channel.tx_select()
+        # Round robin: every queue's n-th message before any queue's (n+1)-th.
+        for n in range(ROUND_ROBIN_ROUNDS):
+            for i in range(ROUND_ROBIN_QUEUES):
+                channel.basic_publish(exchange, f"rr.{i}.x", f"{i}:{n}".encode())
+        if mode == "transaction":
+            channel.tx_commit()
+            # Committed means stored: counted at once (RabbitMQ: enqueued).
+            assert {
+                q: channel.queue_declare(q, passive=True).method.message_count for q in queues
+            } == dict.fromkeys(queues, ROUND_ROBIN_ROUNDS)
+        for i, queue in enumerate(queues):
+            got = get_all(channel, queue, ROUND_ROBIN_ROUNDS, settle=0.2)
+            assert got == [f"{i}:{n}".encode() for n in range(ROUND_ROBIN_ROUNDS)], queue
+
+
 @dataclass
 class Publishing:
     """A publisher thread sending numbered messages with confirms, one at a time."""
