@@ -168,6 +168,9 @@ class ProducerHandle:
         if producer is not None:
             self._made.set()
         self._failure: str | None = None
+        # Why the producer of a pending handle could not be made (`fail`): the publishing
+        # connections close with it, as when a publish waited for the producer.
+        self.creation_error: Exception | None = None
         self._capacity = capacity
         self.topic = topic
         self.batching = batching
@@ -209,10 +212,11 @@ class ProducerHandle:
         self._capacity, self.batching = made._capacity, made.batching
         self._run_waiting()
 
-    def fail(self, error: str) -> None:
+    def fail(self, error: str, cause: Exception | None = None) -> None:
         """The producer of a `pending` handle cannot be made (trio thread): what waited,
-        and whatever is asked later, fails with `error`."""
+        and whatever is asked later, fails with `error`; `cause` becomes `creation_error`."""
         self._failure = error
+        self.creation_error = cause
         self._run_waiting()
 
     def _run_waiting(self) -> None:

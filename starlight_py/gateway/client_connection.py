@@ -536,7 +536,24 @@ class ClientConnection:
             services.reaper.hint if services.reaper is not None else None,
             services.pre_acks,
         )
+        publisher.on_backend_failure = self._backend_failed
         return MessageFlow(ctx, publisher, consumers, dead_letters, services.metrics, self._tally)
+
+    def _backend_failed(self, e: Exception) -> None:
+        """Pulsar failed this connection outside the handling of an event (a producer the
+        pool could not make for its publishes): it closes as if the publish had raised
+        `e` (gateway/errors.py), once."""
+        if self.conn.state in (
+            ConnectionState.CLOSED,
+            ConnectionState.CLOSING,
+            ConnectionState.CLIENT_CLOSING,
+        ):
+            return
+        self.services.metrics.backend_error("pulsar")
+        error = as_amqp_error(e) or InternalError(f"internal error ({type(e).__name__})")
+        self._on_error(0, error)
+        self.conn.fail(error)
+        self._kick()
 
     def _notify_cancel(self, session: ChannelSession, tag: str) -> None:
         """basic.cancel from the server (the consumer's queue was deleted), for clients that

@@ -85,12 +85,16 @@ class ProducerPool:
         fails (and is nacked) and the next publish to the topic tries again."""
         assert pending.topic is not None
         try:
-            made = await trio.to_thread.run_sync(self.backend.create_producer, pending.topic)
+            # Abandoned on cancel: a shutdown does not wait for a Pulsar that does not answer
+            # (the client's close ends what it made).
+            made = await trio.to_thread.run_sync(
+                self.backend.create_producer, pending.topic, abandon_on_cancel=True
+            )
         except (BackendUnavailable, BackendError) as e:
             log.warning("%s", e)
             if self._producers.get(key) is pending:
                 del self._producers[key]
-            pending.fail(str(e))
+            pending.fail(str(e), e)
             return
         if pending.made:  # closed meanwhile (the pool, at shutdown)
             await trio.to_thread.run_sync(made.close)

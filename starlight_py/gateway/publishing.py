@@ -134,6 +134,10 @@ class Publisher:
         self.lengths = lengths
         self.expiring = expiring
         self.pre_acks = pre_acks
+        # Called with the error when a producer this connection sent to could not be made
+        # (ProducerPool): the connection closes with it, its publishes unconfirmed, as when
+        # the publish itself waited for the producer. None: they are nacked.
+        self.on_backend_failure: Callable[[Exception], None] | None = None
         self.conn = conn
         self.ctx = ctx
         self.cache = cache
@@ -624,6 +628,8 @@ class Publisher:
         for producer, covered, outcomes, ok, error, since in results:
             producer.flushed(covered)
             self.metrics.sends_done(ok, len(outcomes), now - since)
+            if not ok and self._closes_for(producer):
+                continue
             if not ok:
                 log.warning("%d publish(es) failed in Pulsar: %s", len(outcomes), error)
             _settle(outcomes, ok, by_target)
@@ -640,6 +646,8 @@ class Publisher:
         for producer, outcome, ok, error in results:
             producer.tracked_done()
             self.metrics.sends_done(ok, 1, 0.0)
+            if not ok and self._closes_for(producer):
+                continue
             if not ok:
                 log.warning("a publish failed in Pulsar: %s", error)
             if outcome is not None:
@@ -647,6 +655,15 @@ class Publisher:
         for target, settled in by_target.items():
             target.settle_publishes(settled)
         self.kick()
+
+    def _closes_for(self, producer: ProducerHandle) -> bool:
+        """Whether a failed send is the failure of its producer's making, for which the
+        connection closes (`on_backend_failure`) instead of nacking."""
+        cause = producer.creation_error
+        if cause is None or self.on_backend_failure is None:
+            return False
+        self.on_backend_failure(cause)
+        return True
 
     @property
     def unflushed(self) -> bool:

@@ -14,9 +14,10 @@ import trio
 from starlight_py.backend.pulsar_admin import BackendUnavailable
 from starlight_py.backend.pulsar_client import ProducerHandle
 from starlight_py.gateway.producer_pool import ProducerPool
+from starlight_py.gateway.publishing import PublishOutcome
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
-from tests.unit.test_publish_plans import RawProducer, Wrapper
+from tests.unit.test_publish_plans import RawProducer, Setup, Wrapper, in_trio
 
 TOPIC = naming.TopicName(NamespaceName("public", "default"), "orders")
 
@@ -164,3 +165,47 @@ def test_the_pool_forgets_a_producer_that_cannot_be_made() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+class Recorded:
+    """An OutcomeTarget that records what is settled."""
+
+    def __init__(self) -> None:
+        self.settled: list[tuple[int, bool]] = []
+
+    def reserve_publish(self) -> int:
+        return len(self.settled) + 1
+
+    def settle_publishes(self, outcomes: list[tuple[int, bool]]) -> None:
+        self.settled += outcomes
+
+
+@in_trio
+def test_a_producer_that_cannot_be_made_closes_the_publishing_connection(setup: Setup) -> None:
+    """As when a publish waited for its producer: the connection closes with the reason
+    (541, gateway/errors.py), its publishes are not nacked one by one; without the hook
+    they are nacked."""
+    publisher = setup[0]
+    pending = ProducerHandle.pending(1000, TOPIC, batching=False)
+    target = Recorded()
+    outcome = PublishOutcome(target, 1, 1, False)
+    publisher._send(pending, b"never stored", {}, outcome, 0)
+    flushed: list[Any] = []
+    publisher._flushed.put = flushed.append  # type: ignore[method-assign]
+    publisher.flush()
+    refused = BackendUnavailable("cannot create a producer: Pulsar refused the credentials")
+    pending.fail(str(refused), refused)
+    closed_with: list[Exception] = []
+    publisher.on_backend_failure = closed_with.append
+    publisher._on_flushed(list(flushed))
+    assert closed_with == [refused] and target.settled == []
+    assert pending.in_flight == 0
+
+    # Without the hook (a publisher outside a connection): a nack.
+    publisher.on_backend_failure = None
+    again = PublishOutcome(target, 2, 1, False)
+    publisher._send(pending, b"nacked", {}, again, 0)
+    flushed.clear()
+    publisher.flush()
+    publisher._on_flushed(list(flushed))
+    assert target.settled == [(2, False)]
