@@ -24,7 +24,8 @@ class ProducerPool:
     of the pool makes the producer. A connection publishing round robin over 1,000 new
     binding topics thus keeps publishing while 1,000 producers are made, instead of waiting
     for each in turn; what it sent to a topic is written, in order, once the topic's
-    producer exists (or fails, and is nacked, if it cannot be made)."""
+    producer exists. If it cannot be made, what was sent to it fails: the publishing
+    connections close with the reason (Publisher.on_backend_failure)."""
 
     def __init__(
         self,
@@ -82,7 +83,7 @@ class ProducerPool:
 
     async def _make(self, key: str, pending: ProducerHandle) -> None:
         """Make the producer of a pending handle; if it cannot be made, what was sent to it
-        fails (and is nacked) and the next publish to the topic tries again."""
+        fails (see the class docstring) and the next publish to the topic tries again."""
         assert pending.topic is not None
         try:
             # Abandoned on cancel: a shutdown does not wait for a Pulsar that does not answer
