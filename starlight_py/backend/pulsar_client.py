@@ -230,13 +230,10 @@ class ProducerHandle:
     def send(self, body: bytes, properties: dict[str, str]) -> None:
         """Queue a message; its outcome comes with the next `flush`. The caller checked
         `has_room()` and that the message is smaller than TRACKED_SIZE."""
-        if self._raw is None:
-            if self._waiting is not None:
-                self._waiting.append(lambda: self._send_now(body, properties))
-            self.in_flight += 1
-            self._unflushed += 1
-            return
-        self._send_now(body, properties)
+        if self._waiting is not None:  # the producer is being made: sent once it is
+            self._waiting.append(lambda: self._send_now(body, properties))
+        else:
+            self._send_now(body, properties)
         self.in_flight += 1
         self._unflushed += 1
 
