@@ -152,6 +152,12 @@ def listen(conf: Any, key: int) -> None:
 def ungroup_acknowledgements(conf: Any) -> None:
     """Have the consumer made from `conf` send each acknowledgement at once (pulsar-client
     groups them for up to 100 ms by default). Raises NativeFlushUnavailable."""
+    group_acknowledgements(conf, 0)
+
+
+def group_acknowledgements(conf: Any, grouping_ms: int) -> None:
+    """Have the consumer made from `conf` group its acknowledgements for up to
+    `grouping_ms` (0: send each at once, with no timer). Raises NativeFlushUnavailable."""
     library = c_library()
     try:
         setter = library.pulsar_configure_set_ack_grouping_time_ms
@@ -162,7 +168,7 @@ def ungroup_acknowledgements(conf: Any) -> None:
     setter.restype = None
     queue_size.argtypes = [ctypes.c_void_p]  # configuration_address reads it
     queue_size.restype = ctypes.c_int
-    setter(configuration_address(conf), 0)
+    setter(configuration_address(conf), grouping_ms)
 
 
 # A consumer's key, and where its batches go: (handle, batch) -> None, on the reader thread.

@@ -115,6 +115,9 @@ PENDING_PRODUCER_WAIT = 60.0
 # this long (ms) for more once at least one is there.
 READ_BATCH = 256
 READ_BATCH_WAIT_MS = 1
+# ms: pulsar-client's own acknowledgement grouping time (its consumers re-arm a timer this
+# often, whether or not an acknowledgement waits)
+PULSAR_ACK_GROUPING_MS = 100
 
 
 def _client_version() -> str:
@@ -635,6 +638,7 @@ class PulsarBackend:
         batching: bool = False,
         batch_max_messages: int = 100,
         send_timeout_ms: int = 120_000,
+        ack_grouping_ms: int = 1000,
     ) -> None:
         """`batching`: producers batch what one flush covers, up to `batch_max_messages`
         per Pulsar entry, and consumers acknowledge batch messages one by one (the broker
@@ -644,6 +648,7 @@ class PulsarBackend:
         self.batching = batching
         self.batch_max_messages = batch_max_messages
         self.send_timeout_ms = send_timeout_ms
+        self.ack_grouping_ms = ack_grouping_ms
         security = _client_security(settings) if settings is not None else {}
         self._refusals = RefusalLog()
         self._client = pulsar.Client(
@@ -687,6 +692,7 @@ class PulsarBackend:
                 batching=config.producer_batching,
                 batch_max_messages=config.producer_batch_max_messages,
                 send_timeout_ms=config.producer_send_timeout_ms,
+                ack_grouping_ms=config.consumer_ack_grouping_ms,
             )
         except (pulsar.PulsarException, ValueError) as e:
             raise ConfigError("brokerClientAuthenticationParameters", str(e)) from e
@@ -851,6 +857,8 @@ class PulsarBackend:
         conf = self._shared_consumer_conf(consumer_name, size)
         key = listened.READER.register(handle, listener)
         try:
+            if self.ack_grouping_ms != PULSAR_ACK_GROUPING_MS:
+                listened.group_acknowledgements(conf, self.ack_grouping_ms)
             listened.listen(conf, key)
             raw = self._client._client.subscribe(str(handle.topic), handle.subscription, conf)
         except BaseException as e:

@@ -2,8 +2,8 @@
 proxy: each proxy writes what it holds to one ephemeral znode (zlib-compressed JSON, in
 RabbitMQ's management shapes, gateway/connection_report.py) every REPORT_INTERVAL when it
 changed; the znode goes away with the proxy. A request to close a connection is a znode
-under its proxy's `close_requests`, which that proxy takes and carries out (320
-CONNECTION_FORCED with the reason) within CLOSE_POLL_INTERVAL.
+under its proxy's `close_requests`, which that proxy watches, takes and carries out (320
+CONNECTION_FORCED with the reason) at once.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import trio
@@ -33,7 +33,10 @@ log = logging.getLogger("starlight.cluster")
 # encoding every connection, channel and consumer is most of an idle proxy's CPU when it
 # holds thousands of them, so not every second.
 REPORT_INTERVAL = 5 * SECONDS
+# How often close requests are looked for while their watch is not set (ZooKeeper away at
+# start), and with it, in case a change went unseen.
 CLOSE_POLL_INTERVAL = 0.5 * SECONDS
+CLOSE_RECHECK_INTERVAL = 30 * SECONDS
 # ZooKeeper's default jute.maxbuffer is 1 MiB: stay well under it.
 MAX_REPORT = 900 * KIB
 
@@ -121,14 +124,20 @@ class ConnectionReports:
         proxy_id: str,
         describe: Callable[[], Report],
         close: Callable[[str, str], bool],
+        state: Callable[[], Hashable] | None = None,
     ) -> None:
+        """`state`: a cheap token of what `describe` would show; while it does not change
+        the report is neither described nor encoded again."""
         self.zk = zk
         self.paths = paths
         self.ephemerals = ephemerals
         self.proxy_id = proxy_id
         self.describe = describe  # runs on trio's thread: reads the live connections
         self.close = close  # (name, reason) -> whether this proxy had the connection
+        self.state = state
         self._written: bytes | None = None
+        self._reported_state: Hashable = None  # `state` when the report was last written
+        self._close_requested = trio.Event()  # set when the close requests changed
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -137,14 +146,24 @@ class ConnectionReports:
 
     async def _report_forever(self) -> None:
         while True:
-            data = encode_report(self.proxy_id, self.describe())
-            if data != self._written:
-                try:
-                    # Abandoned on cancel: a shutdown does not wait for an absent ZooKeeper.
-                    await trio.to_thread.run_sync(self.write, data, abandon_on_cancel=True)
-                except MetadataUnavailable as e:
-                    log.debug("connection report not written yet: %s", e)
+            await self.report_once()
             await trio.sleep(REPORT_INTERVAL)
+
+    async def report_once(self) -> None:
+        """Describe, encode and write the report, unless nothing it shows changed since it
+        was last written."""
+        state = self.state() if self.state is not None else None
+        if state is not None and state == self._reported_state and self._written is not None:
+            return
+        data = encode_report(self.proxy_id, self.describe())
+        if data != self._written:
+            try:
+                # Abandoned on cancel: a shutdown does not wait for an absent ZooKeeper.
+                await trio.to_thread.run_sync(self.write, data, abandon_on_cancel=True)
+            except MetadataUnavailable as e:
+                log.debug("connection report not written yet: %s", e)
+                return
+        self._reported_state = state
 
     def write(self, data: bytes) -> None:
         """Blocking. Raises MetadataUnavailable."""
@@ -160,9 +179,35 @@ class ConnectionReports:
         self.ephemerals.remember(path, data)
         self._written = data
 
+    def _wake_closer(self) -> None:
+        """On trio's thread: close requests came (the event of the closer's current wait)."""
+        self._close_requested.set()
+
     async def _close_forever(self) -> None:
+        token = trio.lowlevel.current_trio_token()
+
+        def changed(children: list[str]) -> None:
+            # On kazoo's event thread.
+            if children:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(self._wake_closer)
+
+        watching = False
         while True:
-            await trio.sleep(CLOSE_POLL_INTERVAL)
+            if not watching:
+                try:
+                    await trio.to_thread.run_sync(
+                        self.zk.watch_children,
+                        self.paths.close_requests(self.proxy_id),
+                        changed,
+                        abandon_on_cancel=True,
+                    )
+                    watching = True
+                except MetadataUnavailable:
+                    pass
+            with trio.move_on_after(CLOSE_RECHECK_INTERVAL if watching else CLOSE_POLL_INTERVAL):
+                await self._close_requested.wait()
+            self._close_requested = trio.Event()
             try:
                 requests = await trio.to_thread.run_sync(
                     take_close_requests, self.zk, self.paths, self.proxy_id, abandon_on_cancel=True

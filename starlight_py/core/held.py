@@ -3,9 +3,9 @@ from Pulsar's backlog (gateway/held_messages.py publishes them, model/counts.py 
 
 Shared by every channel core of one vhost in the process, changed on the trio thread only.
 A delivery the client acknowledged (or rejected without requeue) stops being held at once,
-but Pulsar hears of the acknowledgement up to ~100 ms later (pulsar-client groups them):
-`settled` remembers such recent settlements so that a count taken meanwhile can take them
-out of the backlog too.
+but Pulsar hears of the acknowledgement up to pulsarAckGroupingTimeMillis later
+(pulsar-client groups them): `settled` remembers such recent settlements so that a count
+taken meanwhile can take them out of the backlog too.
 """
 
 from __future__ import annotations

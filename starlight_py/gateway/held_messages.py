@@ -36,18 +36,30 @@ log = logging.getLogger("starlight.counts")
 # s: the longest a count on another proxy lags behind a delivery (each write is a
 # ZooKeeper round trip per changed queue; under load counts change all the time)
 FLUSH_INTERVAL = 0.25
-# s: how long a settled delivery may still count in Pulsar (pulsar-client sends grouped
-# acknowledgements every 100 ms)
-SETTLING = 0.2
+# s: how long a settled delivery may still count in Pulsar beyond pulsar-client's
+# acknowledgement grouping time (pulsarAckGroupingTimeMillis): the broker's round trip
+SETTLING_MARGIN = 0.1
+
+
+def settling_time(ack_grouping_ms: int) -> float:
+    """s: how long a delivery this proxy settled may still count in Pulsar's backlog."""
+    return ack_grouping_ms / 1000 + SETTLING_MARGIN
 
 
 class HeldMessages:
     """This process's unacked deliveries by vhost and queue."""
 
     def __init__(
-        self, zookeeper: ZooKeeperClient, paths: Paths, ephemerals: EphemeralNodes | None
+        self,
+        zookeeper: ZooKeeperClient,
+        paths: Paths,
+        ephemerals: EphemeralNodes | None,
+        settling: float = settling_time(100),
     ) -> None:
+        """`settling`: how long a settled delivery may still count in Pulsar
+        (`settling_time`)."""
         self.zk = zookeeper
+        self.settling_time = settling
         self.paths = paths
         self.ephemerals = ephemerals
         self.proxy_id = ephemerals.owner_id if ephemerals is not None else ""
@@ -67,11 +79,12 @@ class HeldMessages:
         return 0 if held is None else held.counts.get(queue, 0)
 
     def settling(self, vhost: str, queue: str) -> int:
-        """Deliveries of the queue this process settled within SETTLING (any thread)."""
+        """Deliveries of the queue this process settled within the settling time (any
+        thread)."""
         held = self._by_vhost.get(vhost)
         if held is None:
             return 0
-        return held.settled_since(queue, time.monotonic() - SETTLING)
+        return held.settled_since(queue, time.monotonic() - self.settling_time)
 
     def changes(self) -> dict[tuple[str, str], int]:
         """What differs from ZooKeeper: the number to write (0: delete the znode)."""
@@ -89,7 +102,7 @@ class HeldMessages:
         """Write the changes every FLUSH_INTERVAL; a ZooKeeper outage only delays them."""
         while True:
             await trio.sleep(FLUSH_INTERVAL)
-            forget = time.monotonic() - SETTLING
+            forget = time.monotonic() - self.settling_time
             for held in self._by_vhost.values():
                 held.forget_settled(forget)
             changed = self.changes()

@@ -40,9 +40,13 @@ from starlight_py.gateway.bridge import take_from_pulsar_threads
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
-from starlight_py.gateway.connection_report import connection_name, describe_connections
+from starlight_py.gateway.connection_report import (
+    connection_name,
+    describe_connections,
+    report_state,
+)
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
-from starlight_py.gateway.held_messages import HeldMessages
+from starlight_py.gateway.held_messages import HeldMessages, settling_time
 from starlight_py.gateway.pre_acks import PreAcks
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.proxy_protocol import read_proxy_header
@@ -143,7 +147,12 @@ class ProxyServices:
         self.topology_methods.trimmed = self.lengths.trimmed
         self.topology_methods.queue_deleted = self.cancel_consumers_of
         if self.held is None:
-            self.held = HeldMessages(self.zookeeper, self.topology.paths, self.ephemerals)
+            self.held = HeldMessages(
+                self.zookeeper,
+                self.topology.paths,
+                self.ephemerals,
+                settling_time(self.config.consumer_ack_grouping_ms),
+            )
             self.topology.local_held = self.held.local
             self.topology.local_settling = self.held.settling
         if self.pre_acks is None:
@@ -781,6 +790,7 @@ async def _serve(
                 services.proxy_id,
                 lambda: describe_connections(list(services.connections), services.proxy_id),
                 lambda name, reason: close_connection(services, name, reason),
+                lambda: report_state(list(services.connections)),
             ).run
         )
         nursery.start_soon(
