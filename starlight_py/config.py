@@ -289,7 +289,9 @@ class StarlightConfig:
             "them to the broker in one command (it also sends them once 1,000 wait). Each "
             "consumer re-arms a timer this often, busy or idle: with thousands of queues a "
             "longer time costs less CPU while idle; 0 sends each acknowledgement at once and "
-            "keeps no timer. Queue counts read on other proxies may lag by this much.",
+            "keeps no timer. Queue counts read on other proxies may lag by this much. With "
+            "pulsarProducerBatching at most 100 (a requeued message of a batch entry would "
+            "bring back those of its entry whose acknowledgements were not sent yet).",
         ),
     )
     producer_batching: bool = field(

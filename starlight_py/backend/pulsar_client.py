@@ -120,6 +120,14 @@ READ_BATCH_WAIT_MS = 1
 PULSAR_ACK_GROUPING_MS = 100
 
 
+def ack_grouping_ms(configured: int, batching: bool) -> int:
+    """The acknowledgement grouping time of the proxy's consumers. With batching, at most
+    pulsar-client's own: a message of a batch entry requeued (negative acknowledgement) has
+    the broker send the entry again, less the messages it has heard acknowledged, and
+    pulsar-client does not send the grouped acknowledgements first."""
+    return min(configured, PULSAR_ACK_GROUPING_MS) if batching else configured
+
+
 def _client_version() -> str:
     try:
         return importlib.metadata.version("pulsar-client")
@@ -692,7 +700,9 @@ class PulsarBackend:
                 batching=config.producer_batching,
                 batch_max_messages=config.producer_batch_max_messages,
                 send_timeout_ms=config.producer_send_timeout_ms,
-                ack_grouping_ms=config.consumer_ack_grouping_ms,
+                ack_grouping_ms=ack_grouping_ms(
+                    config.consumer_ack_grouping_ms, config.producer_batching
+                ),
             )
         except (pulsar.PulsarException, ValueError) as e:
             raise ConfigError("brokerClientAuthenticationParameters", str(e)) from e
