@@ -120,7 +120,7 @@ READ_BATCH_WAIT_MS = 1
 PULSAR_ACK_GROUPING_MS = 100
 
 
-def ack_grouping_ms(configured: int, batching: bool) -> int:
+def effective_ack_grouping_ms(configured: int, batching: bool) -> int:
     """The acknowledgement grouping time of the proxy's consumers. With batching, at most
     pulsar-client's own: a message of a batch entry requeued (negative acknowledgement) has
     the broker send the entry again, less the messages it has heard acknowledged, and
@@ -650,13 +650,15 @@ class PulsarBackend:
     ) -> None:
         """`batching`: producers batch what one flush covers, up to `batch_max_messages`
         per Pulsar entry, and consumers acknowledge batch messages one by one (the broker
-        needs acknowledgmentAtBatchIndexLevelEnabled=true; docs/operations.md)."""
+        needs acknowledgmentAtBatchIndexLevelEnabled=true; docs/operations.md).
+        `ack_grouping_ms`: how long consumers group acknowledgements (with batching, at
+        most pulsar-client's own; `effective_ack_grouping_ms`)."""
         self.service_url = service_url
         self.producer_max_pending = producer_max_pending
         self.batching = batching
         self.batch_max_messages = batch_max_messages
         self.send_timeout_ms = send_timeout_ms
-        self.ack_grouping_ms = ack_grouping_ms
+        self.ack_grouping_ms = effective_ack_grouping_ms(ack_grouping_ms, batching)
         security = _client_security(settings) if settings is not None else {}
         self._refusals = RefusalLog()
         self._client = pulsar.Client(
@@ -700,9 +702,7 @@ class PulsarBackend:
                 batching=config.producer_batching,
                 batch_max_messages=config.producer_batch_max_messages,
                 send_timeout_ms=config.producer_send_timeout_ms,
-                ack_grouping_ms=ack_grouping_ms(
-                    config.consumer_ack_grouping_ms, config.producer_batching
-                ),
+                ack_grouping_ms=config.consumer_ack_grouping_ms,
             )
         except (pulsar.PulsarException, ValueError) as e:
             raise ConfigError("brokerClientAuthenticationParameters", str(e)) from e

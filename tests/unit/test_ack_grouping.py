@@ -3,24 +3,43 @@ proxy's own counts take a settled delivery out of Pulsar's backlog."""
 
 from __future__ import annotations
 
-from starlight_py.backend.pulsar_client import PULSAR_ACK_GROUPING_MS, ack_grouping_ms
+from starlight_py.backend.pulsar_client import (
+    PULSAR_ACK_GROUPING_MS,
+    PulsarBackend,
+    effective_ack_grouping_ms,
+)
 from starlight_py.config import StarlightConfig
 from starlight_py.gateway.held_messages import settling_time
 
 
 def test_the_default_groups_for_a_second() -> None:
     config = StarlightConfig()
-    assert ack_grouping_ms(config.consumer_ack_grouping_ms, config.producer_batching) == 1000
+    assert (
+        effective_ack_grouping_ms(config.consumer_ack_grouping_ms, config.producer_batching) == 1000
+    )
 
 
 def test_batching_keeps_pulsar_clients_own_grouping_at_most() -> None:
-    assert ack_grouping_ms(1000, batching=True) == PULSAR_ACK_GROUPING_MS == 100
-    assert ack_grouping_ms(50, batching=True) == 50
-    assert ack_grouping_ms(0, batching=True) == 0
-    assert ack_grouping_ms(5000, batching=False) == 5000
+    assert effective_ack_grouping_ms(1000, batching=True) == PULSAR_ACK_GROUPING_MS == 100
+    assert effective_ack_grouping_ms(50, batching=True) == 50
+    assert effective_ack_grouping_ms(0, batching=True) == 0
+    assert effective_ack_grouping_ms(5000, batching=False) == 5000
 
 
 def test_a_settled_delivery_counts_out_for_the_grouping_time_and_a_round_trip() -> None:
     assert settling_time(1000) == 1.1
     assert settling_time(100) == 0.2  # pulsar-client's default, as before
     assert settling_time(0) == 0.1
+
+
+def test_a_batching_backend_groups_as_pulsar_client_does() -> None:
+    made = PulsarBackend("pulsar://127.0.0.1:1", batching=True)
+    try:
+        assert made.ack_grouping_ms == PULSAR_ACK_GROUPING_MS
+    finally:
+        made.close()
+    made = PulsarBackend("pulsar://127.0.0.1:1")
+    try:
+        assert made.ack_grouping_ms == 1000
+    finally:
+        made.close()
