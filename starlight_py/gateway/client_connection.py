@@ -59,7 +59,9 @@ from starlight_py.units import SECONDS
 if TYPE_CHECKING:
     from starlight_py.gateway.server import ProxyServices
 
-OPEN_TICK_LIMIT = 5.0  # s: the longest an open connection's timer task sleeps
+# s: the longest an open connection's timer task sleeps; it is woken sooner when a deadline
+# it keeps comes (the connection starts closing, a credential with an expiry)
+OPEN_TICK_LIMIT = 60.0
 
 log = logging.getLogger("starlight.connection")
 
@@ -131,6 +133,7 @@ class ClientConnection:
         self._last_sent = trio.current_time()
         self._handshake_deadline = trio.current_time() + services.config.handshake_timeout
         self._close_deadline: float | None = None
+        self._timers_sleep: trio.CancelScope | None = None  # set while `_timers` sleeps
         # Set while a graceful shutdown settles confirms: input waits in the socket.
         self._input_gate: trio.Event | None = None
         self._handling_input = False
@@ -445,6 +448,12 @@ class ClientConnection:
             # exp is wall-clock time; timers run on trio's monotonic clock.
             remaining = principal.expires_at - time.time()
             self._credential_deadline = trio.current_time() + max(0.0, remaining)
+        self._wake_timers()
+
+    def _wake_timers(self) -> None:
+        """Have `_timers` look at its deadlines now (one of them was set or came nearer)."""
+        if self._timers_sleep is not None:
+            self._timers_sleep.cancel()
 
     async def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
         """connection.update-secret (RabbitMQ's extension for renewing OAuth 2 tokens): a
@@ -599,6 +608,8 @@ class ClientConnection:
             return
         if not conn.pending_output:
             return
+        if conn.state is ConnectionState.CLOSING and self._close_deadline is None:
+            self._wake_timers()  # it starts counting the wait for close-ok
         fd = self._direct_fd
         if fd < 0 or self._writer_busy:
             self._wakeup.set()
@@ -688,13 +699,17 @@ class ClientConnection:
                 elif now - self._last_sent >= heartbeat / 2:
                     self.conn.send_heartbeat()
             self._kick()
-            await trio.sleep(self._next_tick(trio.current_time(), heartbeat))
+            with trio.CancelScope() as self._timers_sleep:
+                await trio.sleep(self._next_tick(trio.current_time(), heartbeat))
+            self._timers_sleep = None
 
     def _next_tick(self, now: float, heartbeat: float) -> float:
         """How long `_timers` may sleep. An open connection wakes when its next heartbeat is
         due to be sent or missed, or its credential expires, and at least every
-        `OPEN_TICK_LIMIT` (an idle connection with a 60 s heartbeat wakes once every 5 s,
-        not every second: thousands of them cost thousands of wake-ups a second otherwise).
+        `OPEN_TICK_LIMIT`; it is woken sooner when the connection starts closing or gets a
+        credential deadline (`_wake_timers`). An idle connection with a 60 s heartbeat wakes
+        about every 30 s, to send its heartbeat: thousands of them cost thousands of
+        wake-ups a second when each looked every second.
         During the handshake and the close it looks every second, as before."""
         if not self.conn.is_open or self.conn.state is ConnectionState.CLOSING:
             return max(0.05, min(1.0, heartbeat / 4) if heartbeat else 1.0)

@@ -31,6 +31,7 @@ from kazoo.recipe.cache import TreeCache
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
 
+from starlight_py.metadata.kazoo_handler import PollingThreadingHandler
 from starlight_py.units import SECONDS
 
 log = logging.getLogger("starlight.zookeeper")
@@ -143,6 +144,7 @@ class ZooKeeperClient:
         self.session_timeout = session_timeout
         self.kazoo = KazooClient(
             hosts=hosts,
+            handler=PollingThreadingHandler(),
             timeout=session_timeout,
             # Reconnect within a couple of seconds of ZooKeeper coming back (kazoo's
             # default back-off grows to a minute).
