@@ -3,7 +3,8 @@
 A message costs one basic.publish with its content header and body, one basic.deliver with
 its header and body, a share of a basic.ack from the consumer and a share of a confirm to the
 publisher. pamqp builds a Python object per frame and walks its fields generically, which
-cost more than the rest of the proxy's work per message together (docs/performance.md).
+cost more than the rest of the proxy's work per message together
+(docs/history/performance-log.md, "What changed in the message path").
 Everything else (handshake, topology methods, basic.get-ok, basic.return) keeps using pamqp:
 those are not per message, and the byte-exact equivalence of both paths is tested
 (tests/unit/test_hot_frames.py).

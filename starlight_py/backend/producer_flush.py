@@ -4,8 +4,8 @@ pulsar-client's Python binding of `Producer.flush_async` keeps the GIL while it 
 the producer's lock. A pulsar-client thread can hold that lock and wait for the GIL: when
 its batch timer closes a batch, it destroys the batch's send callbacks, and a callback that
 is a Python function needs the GIL to be destroyed. The two threads then wait for each
-other for ever, and the whole proxy stops (docs/performance.md, "The hang"). Its other
-producer calls used here (`send_async`, `flush`, `close`) let go of the GIL first.
+other for ever, and the whole proxy stops (docs/history/performance-log.md, "The hang"). Its
+other producer calls used here (`send_async`, `flush`, `close`) let go of the GIL first.
 
 So flushes go through pulsar-client's C API, which the same library exports. The C API
 takes the C++ producer the Python object wraps; pybind11's cross-module conduit hands out

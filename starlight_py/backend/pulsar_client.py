@@ -139,12 +139,12 @@ class ProducerHandle:
     """A producer whose sends are confirmed by flushes, not one callback per message.
 
     pulsar-client calls a send callback from its I/O thread with the GIL, once per
-    message; that hand-over cost more than the send itself (docs/performance.md). Sends
-    here carry no callback: `flush(done)` makes pulsar-client write what it batched and
-    calls `done` once, when everything sent before it is stored (or failed). Messages that
-    pulsar-client would refuse without telling a flush (too large, or beyond its queue) are
-    kept out of this path: large ones take `send_tracked`, and the gateway never sends
-    while `has_room()` is False.
+    message; that hand-over cost more than the send itself (docs/history/performance-log.md,
+    "What changed in the message path"). Sends here carry no callback: `flush(done)` makes
+    pulsar-client write what it batched and calls `done` once, when everything sent before
+    it is stored (or failed). Messages that pulsar-client would refuse without telling a
+    flush (too large, or beyond its queue) are kept out of this path: large ones take
+    `send_tracked`, and the gateway never sends while `has_room()` is False.
 
     `in_flight` counts sends without an outcome yet; it is read and changed on the trio
     thread only (the gateway reports outcomes with `flushed` / `tracked_done`).
@@ -668,7 +668,7 @@ class PulsarBackend:
             message_listener_threads=1,
             # pulsar-client's own logger at Warn: with a Python logger it takes the GIL for
             # every DEBUG line it considers, which cost a quarter to a half of the proxy's
-            # CPU per message (docs/performance.md).
+            # CPU per message (docs/history/performance-log.md, "Reading the numbers").
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
             **security,
         )

@@ -61,7 +61,7 @@ class WorkerSpec:
     deadline: float = 120.0  # seconds after start at which the worker gives up
     subscription: str = "bench"  # consumer, pulsar
     # pulsar: "file" = pulsar.FileLogger at Warn, filtered in C++; "python" = a Python
-    # logging.Logger at WARNING, as the proxy passes it (see docs/performance.md).
+    # logging.Logger at WARNING, as the proxy once passed it (docs/history/performance-log.md).
     pulsar_logger: str = "file"
     pulsar_batching: bool = False  # pulsar: producer batching (1 ms window) on
 

@@ -243,7 +243,7 @@ class ClientConnection:
         reads first and waits after, so every read that finds the client idle makes a
         failed recv and raises BlockingIOError, and every read that finds bytes yields to
         the run loop once more. At a few hundred messages a second each message comes
-        alone and pays both (docs/performance.md, "Wake-ups at a low rate")."""
+        alone and pays both (docs/history/performance-log.md, "Wake-ups at a low rate")."""
         fd = self._direct_fd
         if fd < 0:
             try:
