@@ -25,7 +25,7 @@ from starlight_py.auth.authenticator import Authenticator, build_authenticator
 from starlight_py.backend import consumer_ack, listened, producer_flush, producer_send
 from starlight_py.backend.batching_support import batching_caveat, batching_refusal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
-from starlight_py.backend.pulsar_client import PulsarBackend, effective_ack_grouping_ms
+from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.backend.stream_index import stream_index_refusal
 from starlight_py.cluster.cleaner import SubscriptionCleaner
 from starlight_py.cluster.connection_reports import ConnectionReports
@@ -151,11 +151,7 @@ class ProxyServices:
                 self.zookeeper,
                 self.topology.paths,
                 self.ephemerals,
-                settling_time(
-                    effective_ack_grouping_ms(
-                        self.config.consumer_ack_grouping_ms, self.config.producer_batching
-                    )
-                ),
+                settling_time(self.backend.ack_grouping_ms),
             )
             self.topology.local_held = self.held.local
             self.topology.local_settling = self.held.settling
