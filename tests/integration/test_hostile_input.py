@@ -662,3 +662,15 @@ def test_six_clients_sending_deep_nestings_leave_memory_flat(
         assert peak - before < 50 * 1024
     finally:
         proxy.stop()
+
+
+def test_a_client_that_never_answers_connection_close_is_hung_up_on(broker: Broker) -> None:
+    """The broker closes the connection (504 here) and the client sends no close-ok: the
+    broker still ends the connection (the proxy after CLOSE_OK_TIMEOUT, 3 s), whatever its
+    heartbeat, and does not wait for the client forever."""
+    client = broker.raw()
+    client.handshake(heartbeat=600)
+    client.send_method(5, commands.Basic.Qos(prefetch_count=1))
+    assert client.expect_connection_close().reply_code == 504
+    client.wait_closed(timeout=30)
+    client.close()
