@@ -295,15 +295,16 @@ class StarlightConfig:
         ),
     )
     producer_batching: bool = field(
-        default=False,
+        default=True,
         metadata=_key(
             "pulsarProducerBatching",
             "Write what one socket read publishes to a topic as one Pulsar batch entry (up to "
             "pulsarProducerBatchMaxMessages), so that Pulsar stores and dispatches entries, not "
-            "single messages. Needs acknowledgmentAtBatchIndexLevelEnabled=true on the brokers. "
-            "A batch goes to one consumer of a queue (so batches are made only for queues "
-            "with one consumer, and no larger than its prefetch), and Pulsar's stats count "
-            "entries: see docs/performance.md before turning it on.",
+            "single messages. Needs acknowledgmentAtBatchIndexLevelEnabled=true and the "
+            "starlight-backlog plugin on the brokers: without them the proxy says so at start "
+            "and writes one message per entry. Pulsar hands an entry to one consumer whole, so "
+            "an entry holds no more than a consumer's share of its queue's prefetch, and one "
+            "message for a queue without consumers: see docs/performance.md.",
         ),
     )
     producer_batch_max_messages: int = field(

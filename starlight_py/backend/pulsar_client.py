@@ -122,9 +122,9 @@ PULSAR_ACK_GROUPING_MS = 100
 
 def effective_ack_grouping_ms(configured: int, batching: bool) -> int:
     """The acknowledgement grouping time of the proxy's consumers. With batching, at most
-    pulsar-client's own: a message of a batch entry requeued (negative acknowledgement) has
-    the broker send the entry again, less the messages it has heard acknowledged, and
-    pulsar-client does not send the grouped acknowledgements first."""
+    pulsar-client's own: a requeued message of a batch entry waits for the grouped
+    acknowledgements of its entry to be sent before it goes back
+    (gateway/batch_requeues.py), so the grouping time is how late such a requeue is."""
     return min(configured, PULSAR_ACK_GROUPING_MS) if batching else configured
 
 
@@ -453,6 +453,10 @@ class ConsumerHandle:
         self._listened_at = 0
         self._listen_key = 0
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def acknowledge(self, message: ReceivedMessage) -> None:
         if self._acknowledger is not None:
             self.acknowledge_all([message])
@@ -658,6 +662,7 @@ class PulsarBackend:
         self.batching = batching
         self.batch_max_messages = batch_max_messages
         self.send_timeout_ms = send_timeout_ms
+        self._configured_ack_grouping_ms = ack_grouping_ms
         self.ack_grouping_ms = effective_ack_grouping_ms(ack_grouping_ms, batching)
         security = _client_security(settings) if settings is not None else {}
         self._refusals = RefusalLog()
@@ -672,6 +677,12 @@ class PulsarBackend:
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
             **security,
         )
+
+    def stop_batching(self) -> None:
+        """Batching off (the brokers cannot take it): producers made from now on write one
+        message per entry, and consumers group acknowledgements for the configured time."""
+        self.batching = False
+        self.ack_grouping_ms = effective_ack_grouping_ms(self._configured_ack_grouping_ms, False)
 
     def name_threads(self, topic: TopicName) -> None:
         """Have pulsar-client start its I/O and timer threads from a thread named

@@ -47,6 +47,7 @@ from starlight_py.core.commands import (
     Unacked,
 )
 from starlight_py.core.consumer import Consumer, Deliverable
+from starlight_py.gateway.batch_requeues import BatchRequeues
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.dead_lettering import DeadLetters
@@ -164,6 +165,8 @@ class Consumers:
         self.links: set[ConsumerLink] = set()
         self.sources = QueueSources(ctx, cache, topology)
         self.getters = Getters(self)
+        # Requeues of batch messages wait for the rest of their entry (batch_requeues.py).
+        self.batch_requeues = BatchRequeues(backend.ack_grouping_ms / 1000, spawn)
         # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).
         self.trimmed: Callable[[str, str], Awaitable[None]] | None = None
         self._token = trio.lowlevel.current_trio_token()
@@ -459,9 +462,10 @@ class Consumers:
             handle.pause()
         self.execute(session, session.core.take_commands())
         if link.batcher is not None:
-            for handle, batch in link.batcher.close():
-                for message in batch:
-                    handle.negative_acknowledge(message)  # never delivered: back to the queue
+            held = self._held_by(session)
+            for _, batch in link.batcher.close():
+                for message in batch:  # never delivered: back to the queue
+                    self.batch_requeues.negative_acknowledge(message, held)
         idle = [
             (sub, h)
             for sub, h in link.handles.items()
@@ -616,13 +620,14 @@ class Consumers:
 
     def _requeue(self, session: ChannelSession, command: RequeueMessages) -> None:
         self._refuse_stream_settle(command.deliveries)
+        held = self._held_by(session)
         for item in command.deliveries:
             message: ReceivedMessage = item.source
             handle = message.handle
             if self.dead_letters.returned_too_often(session.number, handle, message, item.queue):
                 continue  # over the queue's delivery limit: dead-lettered or dropped
             self.requeued.add(handle.subscription, message.position)
-            handle.negative_acknowledge(message)
+            self.batch_requeues.negative_acknowledge(message, held)
         sources = [item.source for item in command.deliveries]
         self.getters.settled(session, sources)
         self.getters.requeued(session, sources)
@@ -644,8 +649,22 @@ class Consumers:
         self.getters.settled(session, [item.source for item in command.deliveries])
 
     def _give_back(self, session: ChannelSession, command: GiveBack) -> None:
+        held = self._held_by(session)
         for message in command.sources:
-            message.handle.negative_acknowledge(message)
+            self.batch_requeues.negative_acknowledge(message, held)
+
+    @staticmethod
+    def _held_by(session: ChannelSession) -> Callable[[], Iterator[Any]]:
+        """What the channel holds now: its unacknowledged deliveries and what its consumers
+        have read and not delivered yet (BatchRequeues looks there for a message's entry)."""
+
+        def held() -> Iterator[Any]:
+            for item in session.core.unacked.values():
+                yield item.source
+            for consumer in session.core.consumers.values():
+                yield from consumer.pending
+
+        return held
 
     def _pause(self, session: ChannelSession, command: PauseReading) -> None:
         for handle in self._handles_of(command.consumer.link, command.rank):

@@ -336,8 +336,8 @@ class Publisher:
             outcomes, _, limit = waiting
             outcomes.append(outcome)
         if limit is not None and len(outcomes) >= limit:
-            # A queue with competing consumers, or none yet, reads the topic (one entry
-            # per message, as unbatched), or its one consumer's prefetch is reached:
+            # A queue without consumers reads the topic (one entry per message, as
+            # unbatched), or the share of its consumers' prefetch is reached:
             # TopologyCache.batch_limit says why.
             outcomes, since, _ = self._unflushed.pop(producer)
             producer.flush(self._flush_callback(producer, outcomes, since))

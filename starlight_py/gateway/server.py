@@ -562,12 +562,12 @@ def _check_batching(services: ProxyServices) -> None:
         if caveat is not None:
             log.warning("pulsarProducerBatching: %s (docs/operations.md#what-pulsar-needs)", caveat)
         return
-    log.error(
-        "pulsarProducerBatching is on but %s: batching turned off (docs/operations.md#what-"
-        "pulsar-needs)",
+    log.warning(
+        "pulsarProducerBatching is on but %s: batching turned off, one Pulsar entry per "
+        "message (docs/operations.md#what-pulsar-needs)",
         reason,
     )
-    services.backend.batching = False
+    services.backend.stop_batching()
 
 
 def _check_stream_index(services: ProxyServices) -> None:

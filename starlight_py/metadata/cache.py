@@ -37,6 +37,7 @@ from starlight_py.metadata.records import (
 from starlight_py.metadata.routing_barrier import ROUTING_VERSION
 from starlight_py.metadata.zookeeper import ZooKeeperClient, start_tree_cache
 from starlight_py.model import naming
+from starlight_py.model.batch_share import UNBATCHED, queue_share, topic_share
 from starlight_py.model.naming import unescape
 from starlight_py.model.policies import (
     Policy,
@@ -119,15 +120,10 @@ class TopologyCache:
         self._prioritised: dict[str, dict[str, int]] = {}
         # (vhost, queue) -> its AMQP consumers on every proxy (their znodes' names)
         self._consumers: dict[tuple[str, str], set[str]] = {}
-        # (vhost, topic) -> how many queues read it, and how many of those have exactly one
-        # AMQP consumer; a topic is batchable when the two are equal (`batchable`).
-        self._readers: dict[tuple[str, str], int] = {}
-        self._single_readers: dict[tuple[str, str], int] = {}
-        self._batchable: set[tuple[str, str]] = set()
-        # (vhost, topic) -> {queue reading it: the prefetch of its one consumer}, and the
-        # smallest of those that limit (`batch_limit`)
-        self._sole_prefetch: dict[tuple[str, str], dict[str, int]] = {}
-        self._batch_limits: dict[tuple[str, str], int] = {}
+        # (vhost, topic) -> {(queue, binding topic) reading it: the batch share of the
+        # queue's consumers (model/batch_share.py)}, and the topic's entry limit from them.
+        self._shares: dict[tuple[str, str], dict[tuple[str, str], int | None]] = {}
+        self._batch_limits: dict[tuple[str, str], int | None] = {}
         self.ready = threading.Event()
         self.changes = 0
         self.last_change = 0.0
@@ -228,22 +224,18 @@ class TopologyCache:
             return self._retired.get((vhost, subscription))
 
     def batchable(self, vhost: str, topic: str) -> bool:
-        """Whether every queue that reads the topic has exactly one AMQP consumer (on any
-        proxy). Pulsar hands a whole entry to one consumer, so messages published anywhere
-        else go in entries of their own: to a queue with competing consumers, a burst is
-        spread as RabbitMQ spreads it; to a queue with none, the backlog it builds is spread
-        over the consumers that come later, and over competing basic.get clients."""
-        return (vhost, topic) in self._batchable
+        """Whether a publish to the topic may put more than one message in a Pulsar entry:
+        every queue that reads it has a consumer (on any proxy), and none has so many
+        competing consumers for their prefetch that its share is one message
+        (model/batch_share.py)."""
+        return self.batch_limit(vhost, topic) != UNBATCHED
 
     def batch_limit(self, vhost: str, topic: str) -> int | None:
         """How many messages of one socket read may share a Pulsar entry on the topic: 1
-        when it is not `batchable`; else the smallest prefetch of the queues' consumers
-        (a consumer takes an entry whole, and one larger than its prefetch would keep
-        messages from the consumers that join later), None when none of them limits."""
-        key = (vhost, topic)
-        if key not in self._batchable:
-            return 1
-        return self._batch_limits.get(key)
+        when a queue reading it has no consumer; else the smallest share of those queues'
+        consumers (a consumer takes an entry whole; model/batch_share.py), None when none
+        of them limits."""
+        return self._batch_limits.get((vhost, topic), UNBATCHED)
 
     def binding_sets_of_queue(self, vhost: str, queue: str) -> list[BindingSet]:
         with self._lock:
@@ -442,67 +434,42 @@ class TopologyCache:
     def _count_consumer(self, vhost: str, queue: str, consumer: str, removed: bool) -> None:
         with self._lock:
             present = self._consumers.setdefault((vhost, queue), set())
-            before = len(present) == 1
             if removed:
                 present.discard(consumer)
                 if not present:
                     del self._consumers[(vhost, queue)]
             else:
                 present.add(consumer)
-            after = len(present) == 1
-            sole = self._sole_consumer_prefetch(vhost, queue)
+            share = self._queue_share(vhost, queue)
             for binding_set in self._sets_by_queue.get((vhost, queue), {}).values():
-                topic = binding_set.subscription_topic
-                if before != after:
-                    self._count_reader((vhost, topic), 0, 1 if after else -1)
-                self._note_sole_prefetch((vhost, topic), queue, sole)
+                key = (vhost, binding_set.subscription_topic)
+                self._note_share(key, (queue, binding_set.topic), share)
 
-    def _count_reader(self, key: tuple[str, str], readers: int, single: int) -> None:
-        """Called with the lock held: a queue began (1) or stopped (-1) reading topic `key`,
-        or (`single`) having exactly one consumer."""
-        count = self._readers.get(key, 0) + readers
-        singles = self._single_readers.get(key, 0) + single
-        if count:
-            self._readers[key] = count
-        else:
-            self._readers.pop(key, None)
-        if singles:
-            self._single_readers[key] = singles
-        else:
-            self._single_readers.pop(key, None)
-        if count and count == singles:
-            self._batchable.add(key)
-        else:
-            self._batchable.discard(key)
-
-    def _note_sole_prefetch(self, key: tuple[str, str], queue: str, prefetch: int | None) -> None:
-        """Called with the lock held: the prefetch of the queue's one consumer (None: it has
-        none, or several), and the topic's batch limit from it."""
-        known = self._sole_prefetch.get(key)
-        if prefetch is None:
-            if known is None or known.pop(queue, None) is None:
+    def _note_share(
+        self, key: tuple[str, str], reader: tuple[str, str], share: int | None, gone: bool = False
+    ) -> None:
+        """Called with the lock held: `reader` (a queue's binding set) reads topic `key`
+        with this batch share, or (`gone`) no longer reads it; the topic's limit follows."""
+        shares = self._shares.get(key)
+        if gone:
+            if shares is None or reader not in shares:
                 return
-            if not known:
-                del self._sole_prefetch[key]
-        else:
-            known = self._sole_prefetch.setdefault(key, {})
-            if known.get(queue) == prefetch:
+            del shares[reader]
+            if not shares:
+                del self._shares[key]
+                self._batch_limits.pop(key, None)
                 return
-            known[queue] = prefetch
-        limits = [p for p in (known or {}).values() if p > 0]
-        if limits:
-            self._batch_limits[key] = min(limits)
         else:
-            self._batch_limits.pop(key, None)
+            shares = self._shares.setdefault(key, {})
+            if reader in shares and shares[reader] == share:
+                return
+            shares[reader] = share
+        self._batch_limits[key] = topic_share(shares.values())
 
-    def _sole_consumer_prefetch(self, vhost: str, queue: str) -> int | None:
-        """Called with the lock held: the prefetch of the queue's one consumer, or None."""
+    def _queue_share(self, vhost: str, queue: str) -> int | None:
+        """Called with the lock held: the batch share of the queue's consumers."""
         present = self._consumers.get((vhost, queue), ())
-        return consumer_prefetch(next(iter(present))) if len(present) == 1 else None
-
-    def _single_consumer(self, vhost: str, queue: str) -> int:
-        """Called with the lock held: 1 if the queue has exactly one consumer, else 0."""
-        return 1 if len(self._consumers.get((vhost, queue), ())) == 1 else 0
+        return queue_share([consumer_prefetch(name) for name in present])
 
     def _apply(self, parts: list[str], raw: bytes | None) -> None:
         """Index one znode's record (None: removed); only for paths `_indexed` accepts."""
@@ -575,12 +542,10 @@ class TopologyCache:
                         readers.setdefault(exchange_key, set()).add(set_key)
                     queue_sets = self._sets_by_queue.setdefault((vhost, record.queue), {})
                     if record.topic not in queue_sets:
-                        single = self._single_consumer(vhost, record.queue)
-                        self._count_reader((vhost, record.subscription_topic), 1, single)
-                        self._note_sole_prefetch(
+                        self._note_share(
                             (vhost, record.subscription_topic),
-                            record.queue,
-                            self._sole_consumer_prefetch(vhost, record.queue),
+                            (record.queue, record.topic),
+                            self._queue_share(vhost, record.queue),
                         )
                     queue_sets[record.topic] = record
                 elif raw is None and path_key in self._set_keys:
@@ -590,9 +555,7 @@ class TopologyCache:
                     if gone is not None:
                         self._active_binding_topics.discard(gone.binding_topic)
                         read = (vhost, gone.subscription_topic)
-                        single = self._single_consumer(vhost, set_key[0])
-                        self._count_reader(read, -1, -single)
-                        self._note_sole_prefetch(read, set_key[0], None)
+                        self._note_share(read, (set_key[0], gone.topic), None, gone=True)
                     if not queue_sets:
                         self._sets_by_queue.pop((vhost, set_key[0]), None)
                     sets = self._sets_by_exchange.get(exchange_key, {})

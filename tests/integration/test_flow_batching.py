@@ -1,10 +1,12 @@
 """pulsarProducerBatching: what one socket read publishes to a topic becomes one Pulsar batch
-entry when every queue reading the topic has exactly one consumer, and every message of it is
+entry when every queue reading the topic has a consumer (at most its consumers' share of
+their prefetch, model/batch_share.py), and every message of it is
 still acknowledged, requeued, rejected, fetched and purged on its own (the broker
 acknowledges batch messages by index). Each test first checks, in Pulsar's stats, that its
 burst really was stored as one entry (a `sole_consumer` is there while it is published).
-Published to a queue with no consumer, or competing ones, each message is an entry of its
-own, so that the consumers that read it are given it message by message."""
+Published to a queue with no consumer, or with prefetch-1 workers competing, each message
+is an entry of its own, so that the consumers that read it are given it message by
+message."""
 
 from __future__ import annotations
 
@@ -365,6 +367,50 @@ def test_a_burst_is_spread_over_competing_consumers(
         assert all(len(d) >= 2 for d in received)  # both kept working through the burst
 
 
+def test_competing_consumers_on_two_proxies_get_the_burst_in_shares(
+    batching_proxy: ProxyThread,
+    start_proxy: Callable[..., ProxyThread],
+    created: Created,
+    services: ServiceEndpoints,
+) -> None:
+    """Two workers of prefetch 10 on one queue, each through its own proxy: a burst of ten
+    published in one read goes in entries of 10 // 2 = 5 (model/batch_share.py), one to each
+    worker, so both work at once, as on RabbitMQ; every message is acknowledged on its own
+    and none comes twice."""
+    other = start_proxy(pulsarProducerBatching="true")
+    connections = [
+        pika.BlockingConnection(pika.URLParameters(proxy.amqp_url()))
+        for proxy in (batching_proxy, other)
+    ]
+    try:
+        channels = [connection.channel() for connection in connections]
+        queue = created.queue("shares")
+        channels[0].queue_declare(queue)
+        received = []
+        for worker in channels:
+            deliveries = Deliveries()
+            worker.basic_qos(prefetch_count=10)
+            worker.basic_consume(queue, deliveries)
+            received.append(deliveries)
+        time.sleep(0.5)  # each proxy's cache hears of the other's consumer
+        publish_burst(batching_proxy, queue)
+        pump(connections, lambda: sum(len(d) for d in received) == BURST, settle=0.5)
+        assert stored_entries(services, queue) == 2  # two entries, held by the two workers
+        assert sorted(len(d) for d in received) == [5, 5]
+        for worker, deliveries in zip(channels, received, strict=True):
+            for tag in deliveries.tags:
+                worker.basic_ack(tag)
+        pump(connections, lambda: False, timeout=0.0, settle=0.5)
+        bodies = sorted(body for d in received for body in d.bodies)
+        assert bodies == sorted(f"m{i}".encode() for i in range(BURST))
+        assert wait_for_count(channels[0], queue, 0) == 0
+        assert sum(len(d) for d in received) == BURST  # nothing came back
+    finally:
+        for connection in connections:
+            if connection.is_open:
+                connection.close()
+
+
 def test_a_burst_batched_for_one_worker_is_shared_with_a_worker_that_joins(
     batching_proxy: ProxyThread, created: Created, services: ServiceEndpoints
 ) -> None:
@@ -492,3 +538,24 @@ def test_a_backlog_published_before_any_consumer_is_spread_over_those_that_come(
         assert [len(d) for d in received] == [1, 1]  # one each: prefetch 1, nothing acked
         # The eight others are waiting in the queue for whichever acknowledges first.
         assert channels[0].queue_declare(queue, passive=True).method.message_count == BURST - 2
+
+
+def test_a_requeued_message_of_a_batch_does_not_bring_back_its_held_neighbours(
+    channel: BlockingChannel, burst_queue: str
+) -> None:
+    """One message of a batch requeued while the consumer still holds the nine others
+    unacknowledged. Pulsar redelivers whole entries, less what it has heard acknowledged:
+    sent at once, the requeue brought back all ten, nine of them duplicates of what the
+    consumer held. It waits until the consumer holds no other message of the entry
+    (gateway/batch_requeues.py), and then only that one comes back."""
+    deliveries = consume(channel, burst_queue, BURST)
+    tags = deliveries.tags
+    channel.basic_nack(tags[4], requeue=True)
+    pump([channel.connection], lambda: len(deliveries) > BURST, timeout=1.5)
+    assert len(deliveries) == BURST  # held back while its neighbours are held
+    for tag in tags[:4] + tags[5:]:
+        channel.basic_ack(tag)
+    pump([channel.connection], lambda: len(deliveries) > BURST, settle=1.5)
+    assert deliveries.flags[BURST:] == [(b"m4", True)]
+    channel.basic_ack(deliveries.tags[-1])
+    assert wait_for_count(channel, burst_queue, 0) == 0

@@ -12,11 +12,11 @@ from starlight_py.config import StarlightConfig
 from starlight_py.gateway.held_messages import settling_time
 
 
-def test_the_default_groups_for_a_second() -> None:
+def test_the_default_groups_for_a_second_without_batching() -> None:
     config = StarlightConfig()
-    assert (
-        effective_ack_grouping_ms(config.consumer_ack_grouping_ms, config.producer_batching) == 1000
-    )
+    assert config.producer_batching  # on by default: pulsar-client's 100 ms then
+    assert effective_ack_grouping_ms(config.consumer_ack_grouping_ms, False) == 1000
+    assert effective_ack_grouping_ms(config.consumer_ack_grouping_ms, True) == 100
 
 
 def test_batching_keeps_pulsar_clients_own_grouping_at_most() -> None:
@@ -36,6 +36,8 @@ def test_a_batching_backend_groups_as_pulsar_client_does() -> None:
     made = PulsarBackend("pulsar://127.0.0.1:1", batching=True)
     try:
         assert made.ack_grouping_ms == PULSAR_ACK_GROUPING_MS
+        made.stop_batching()  # the brokers cannot take batching: the configured time again
+        assert (made.batching, made.ack_grouping_ms) == (False, 1000)
     finally:
         made.close()
     made = PulsarBackend("pulsar://127.0.0.1:1")

@@ -461,44 +461,44 @@ def test_consumer_names_carry_their_prefetch() -> None:
     assert consumer_prefetch("not~escaped~") == 1
 
 
-def test_only_topics_whose_queues_each_have_one_consumer_are_batchable(
+def test_only_topics_whose_queues_each_have_a_consumer_are_batchable(
     cache: TopologyCache,
 ) -> None:
     put(cache, PATHS.binding_set("/", "jobs", "t-jobs"), binding_set("jobs", "", "t-jobs", "jobs"))
     put(cache, PATHS.binding_set("/", "logs", "t-logs"), binding_set("logs", "x", "t-logs", "#"))
     assert not cache.batchable("/", "t-jobs")  # no consumer yet: its backlog is spread later
-    consumer_a = PATHS.queue_consumer("/", "jobs", "proxy-1/c1")
-    consumer_b = PATHS.queue_consumer("/", "jobs", "proxy-2/c1")
+    consumer_a = PATHS.queue_consumer("/", "jobs", "proxy-1/c1!p10")
+    consumer_b = PATHS.queue_consumer("/", "jobs", "proxy-2/c1!p10")
     cache._on_event(event(TreeEvent.NODE_ADDED, consumer_a))
-    assert cache.batchable("/", "t-jobs")  # one consumer: batches are fine
+    assert cache.batch_limit("/", "t-jobs") == 10  # one consumer: up to its prefetch
     assert not cache.batchable("/", "t-logs")
     cache._on_event(event(TreeEvent.NODE_ADDED, consumer_b))
-    assert not cache.batchable("/", "t-jobs")  # competing consumers
-    # A binding of that queue added later is not batchable either; a removed one is gone.
+    assert cache.batch_limit("/", "t-jobs") == 5  # competing consumers: a share each
+    # A binding of that queue added later has the same share; a removed one is gone.
     put(cache, PATHS.binding_set("/", "jobs", "t-more"), binding_set("jobs", "x", "t-more", "a"))
-    assert not cache.batchable("/", "t-more")
+    assert cache.batch_limit("/", "t-more") == 5
     remove(cache, PATHS.binding_set("/", "jobs", "t-more"))
-    cache._on_event(event(TreeEvent.NODE_REMOVED, consumer_a))
-    assert cache.batchable("/", "t-jobs")
     assert not cache.batchable("/", "t-more")
-    # A topic two queues read is batchable only while each has exactly one consumer.
+    cache._on_event(event(TreeEvent.NODE_REMOVED, consumer_a))
+    assert cache.batch_limit("/", "t-jobs") == 10
+    # A topic two queues read is batchable only while each has a consumer.
     put(cache, PATHS.binding_set("/", "logs", "t-jobs"), binding_set("logs", "x", "t-jobs", "k"))
     assert not cache.batchable("/", "t-jobs")
-    cache._on_event(event(TreeEvent.NODE_ADDED, PATHS.queue_consumer("/", "logs", "p/c")))
-    assert cache.batchable("/", "t-jobs")
-    assert cache.batchable("/", "t-logs")
+    logger = PATHS.queue_consumer("/", "logs", "p/c!p4")
+    cache._on_event(event(TreeEvent.NODE_ADDED, logger))
+    assert cache.batch_limit("/", "t-jobs") == 4
+    assert cache.batch_limit("/", "t-logs") == 4
     put(cache, PATHS.binding_set("/", "logs", "t-jobs"), binding_set("logs", "x", "t-jobs", "k"))
-    assert cache.batchable("/", "t-jobs")  # the same binding set again changes nothing
+    assert cache.batch_limit("/", "t-jobs") == 4  # the same binding set again changes nothing
     remove(cache, PATHS.binding_set("/", "logs", "t-jobs"))
-    assert cache.batchable("/", "t-jobs")
+    assert cache.batch_limit("/", "t-jobs") == 10
     cache._on_event(event(TreeEvent.NODE_REMOVED, consumer_b))
     assert not cache.batchable("/", "t-jobs")
     remove(cache, PATHS.binding_set("/", "jobs", "t-jobs"))
-    cache._on_event(event(TreeEvent.NODE_REMOVED, PATHS.queue_consumer("/", "logs", "p/c")))
+    cache._on_event(event(TreeEvent.NODE_REMOVED, logger))
     remove(cache, PATHS.binding_set("/", "logs", "t-logs"))
     assert cache._consumers == {}
-    assert (cache._readers, cache._single_readers, cache._batchable) == ({}, {}, set())
-    assert (cache._sole_prefetch, cache._batch_limits) == ({}, {})
+    assert (cache._shares, cache._batch_limits) == ({}, {})
 
 
 def test_consumers_do_not_count_as_topology_changes(cache: TopologyCache) -> None:
