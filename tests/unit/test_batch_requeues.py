@@ -32,7 +32,7 @@ def entry(handle: Handle, size: int, entry_id: int = 7) -> list[Message]:
 
 def requeues() -> tuple[BatchRequeues, list[Any]]:
     spawned: list[Any] = []
-    return BatchRequeues(GROUPING, lambda fn: spawned.append(fn)), spawned
+    return BatchRequeues(GROUPING, spawned.append), spawned
 
 
 def test_a_message_alone_in_its_entry_goes_back_at_once() -> None:
