@@ -59,6 +59,7 @@ from starlight_py.gateway.delivery_plans import (
 from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
 from starlight_py.gateway.queue_sources import QueueSources
 from starlight_py.gateway.requeued import RequeuedPositions
+from starlight_py.gateway.returns import Returns
 from starlight_py.gateway.single_active import (
     is_single_active,
     join_line,
@@ -117,6 +118,8 @@ class ConsumerLink:
     # A stream's first retained position on each subscription's topic (docs/mapping.md).
     floors: dict[str, MessageIdRecord] = field(default_factory=dict)
     opening: set[str] = field(default_factory=set)  # subscriptions being subscribed to
+    # Messages its Pulsar consumers are handed again (returns.py).
+    returns: Returns = field(default_factory=Returns)
 
     @property
     def registry_name(self) -> str:
@@ -491,6 +494,12 @@ class Consumers:
             return
         session = link.session
         ranks = link.ranks
+        if link.stream is None:
+            held = self._held_by(session)
+            sort = link.returns.sort
+            batches = [(h, kept) for h, batch in batches if (kept := sort(h, batch, held))]
+            if not batches:
+                return
         if len(batches) == 1:
             handle, batch = batches[0]
             session.core.messages_of_rank_arrived(
@@ -522,7 +531,7 @@ class Consumers:
         view = plain_delivery(message.properties, plan.exchange, plan.key)
         if view is None or not plan.routes(view[1]):
             return self._vet_fully(link, message)
-        redelivered = message.redelivery_count > 0 or self._requeued_here(message)
+        redelivered = self._redelivered(message, link)
         return Deliverable(view[0], view[1], view[2], message.body, redelivered, plan.record)
 
     def _vet_fully(self, link: ConsumerLink, message: ReceivedMessage) -> Deliverable | None:
@@ -541,7 +550,7 @@ class Consumers:
             decoded.routing_key,
             decoded.raw_properties,
             decoded.body,
-            self._redelivered(message),
+            self._redelivered(message, link),
             record,
         )
 
@@ -595,10 +604,12 @@ class Consumers:
             return decoded
         return None
 
-    def _redelivered(self, message: ReceivedMessage) -> bool:
-        # Pulsar's count survives negative acks but not a consumer closing, so requeues
-        # seen by this proxy are remembered too (docs/compatibility.md).
-        return message.redelivery_count > 0 or self._requeued_here(message)
+    def _redelivered(self, message: ReceivedMessage, link: ConsumerLink | None = None) -> bool:
+        # Pulsar's count survives negative acks but not a consumer closing or a topic
+        # reload, so requeues seen by this proxy and returns (returns.py) count too
+        # (docs/compatibility.md).
+        returned = link is not None and link.returns.returned(message)
+        return message.redelivery_count > 0 or self._requeued_here(message) or returned
 
     def _requeued_here(self, message: ReceivedMessage) -> bool:
         subscription = message.handle.subscription
