@@ -9,6 +9,7 @@ from starlight_py.bench.load_result import MATCHED, ROW_TOOLS, SCENARIOS, LoadRe
 from starlight_py.bench.targets import (
     ADDED_LATENCY,
     PROXY_CPU,
+    PROXY_CPU_VS_RABBITMQ,
     PULSAR_CPU,
     PULSAR_CPU_MATCHED,
     TAIL_LATENCY,
@@ -73,6 +74,7 @@ def table(results: Sequence[LoadResult]) -> str:
         "same, at the proxy's msg/s",
         "p99 ÷ RabbitMQ",
         "p50 - pulsar-perf ms",
+        "proxy ÷ RabbitMQ µs/msg",
     ]
     rows = [header]
     for r in sorted(results, key=_sort_key):
@@ -107,9 +109,10 @@ def table(results: Sequence[LoadResult]) -> str:
                     r.scenario,
                     f"{values[ADDED_LATENCY]:+.2f}" if values[ADDED_LATENCY] is not None else "",
                 ),
+                _ratio_cell(values[PROXY_CPU_VS_RABBITMQ], PROXY_CPU_VS_RABBITMQ, r.scenario),
             ]
         else:
-            row += ["", "", "", "", ""]
+            row += ["", "", "", "", "", ""]
         rows.append(row)
     return _markdown(rows)
 
@@ -191,8 +194,9 @@ def print_report(
     print()
     print(table(results))
     print()
-    print("✓ target met, ✗ missed. CPU: µs of CPU per message consumed, read from /proc over")
-    print("the measured window; Pulsar's on a proxy row is the Pulsar behind the proxy.")
+    print("✓ target met, ✗ missed. msg/s: messages consumed per second (through a fanout, every")
+    print("queue's copy counts). CPU: µs of CPU per message consumed, read from /proc over the")
+    print("measured window; Pulsar's on a proxy row is the Pulsar behind the proxy.")
     sections = [
         ("targets (docs/performance.md):", verdict_lines(judged)),
         ("proxy CPU by thread, µs/msg:", thread_lines(results)),

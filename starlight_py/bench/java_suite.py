@@ -11,9 +11,13 @@ rows compared with each other were taken under the same conditions:
   rate the proxy reached, since Pulsar's CPU per message falls as its rate rises.
 
 PerfTest: 1 KiB persistent messages, confirm window 100 (``-c 100``), multi-ack every 50
-(``-A 50``), prefetch 200 (``-q 200``), one producer and one consumer per queue. Each
-case warms up, then measures; CPU per message is the CPU read from /proc over the measured
-window divided by the messages consumed in that window (see ``cpu``, ``window``).
+(``-A 50``), the scenario's producers, consumers and queues, and its prefetch (``-q``, 200
+unless the scenario says otherwise). pulsar-perf runs one producer and one consumer per
+topic: scenarios of another shape (several consumers on one queue, a fanout to several
+queues) have no pulsar-perf counterpart here, and their pulsar and pulsar-matched rows are
+skipped. Each case warms up, then measures; CPU per message is the CPU read from /proc over
+the measured window divided by the messages consumed in that window (see ``cpu``,
+``window``).
 """
 
 from __future__ import annotations
@@ -127,29 +131,44 @@ def run_suite(
             scenario.name, target, tool, proxy_workers=servers.proxy_workers, round=number
         )
         rate = _proxy_rate(scenario, number, results) if target == MATCHED else scenario.rate
-        if target == MATCHED and rate is None:
-            result.status, result.detail = "skipped", "the proxy row has no rate to match"
-        elif not servers.available(target):
-            result.status, result.detail = "skipped", f"{target} is not running"
-        elif target == "proxy" and servers.proxy_alive and not servers.proxy_alive():
-            result.status, result.detail = "skipped", "the proxy has exited"
+        skipped = _skip_reason(scenario, target, rate, servers)
+        if skipped is not None:
+            result.status, result.detail = "skipped", skipped
         else:
             of_round = f" (round {number} of {settings.rounds})" if settings.rounds > 1 else ""
             say(f"[{index}/{len(cases)}] {scenario.name} against {target} with {tool}{of_round}")
             try:
-                _run_case(
-                    Scenario(scenario.name, scenario.pairs, rate),
-                    target,
-                    servers,
-                    settings,
-                    index,
-                    result,
-                )
+                _run_case(replace(scenario, rate=rate), target, servers, settings, index, result)
             except BenchError as e:
                 result.status, result.detail = "error", str(e)
         _say_result(result)
         results.append(result)
     return results
+
+
+def pulsar_perf_gap(scenario: Scenario) -> str | None:
+    """Why pulsar-perf does not run ``scenario``, or None when it does."""
+    if scenario.pairs is not None:
+        return None
+    return (
+        f"pulsar-perf has no equivalent of {scenario.shape()} in this bench "
+        "(it runs one producer and one consumer per topic)"
+    )
+
+
+def _skip_reason(
+    scenario: Scenario, target: str, rate: float | None, servers: SuiteServers
+) -> str | None:
+    """Why the case does not run, or None when it does."""
+    if target in ("pulsar", MATCHED) and (gap := pulsar_perf_gap(scenario)) is not None:
+        return gap
+    if target == MATCHED and rate is None:
+        return "the proxy row has no rate to match"
+    if not servers.available(target):
+        return f"{target} is not running"
+    if target == "proxy" and servers.proxy_alive and not servers.proxy_alive():
+        return "the proxy has exited"
+    return None
 
 
 def prime(targets: Sequence[str], servers: SuiteServers, settings: SuiteSettings) -> None:
@@ -159,7 +178,7 @@ def prime(targets: Sequence[str], servers: SuiteServers, settings: SuiteSettings
     Every target is primed alike, RabbitMQ too. Failures are reported and do not stop the
     run."""
     seconds = max(1, round(settings.prime_s))
-    primed = Scenario("prime", 1, None)
+    primed = Scenario("prime")
     for target in TARGETS:
         if target not in targets or target == MATCHED or not servers.available(target):
             continue
@@ -236,7 +255,7 @@ def round_lines(results: Sequence[LoadResult]) -> list[str]:
             figures.append(
                 f"{r.received_per_s:,.0f}" + (f" ({cpu:g} µs)" if cpu is not None else "")
             )
-        lines.append(f"{scenario:<12}{target:<16}" + " | ".join(figures))
+        lines.append(f"{scenario:<11} {target:<16}" + " | ".join(figures))
     return lines
 
 
@@ -299,20 +318,30 @@ def _perftest(
 ) -> _ToolOutcome:
     url = servers.proxy_url if target == "proxy" else servers.rabbitmq_url
     assert url is not None
-    spec = PerfTestSpec(
-        url=url,
-        queue_prefix=f"perftest-{settings.run_id}-{name}",
-        pairs=scenario.pairs,
-        warmup_s=settings.warmup_s,
-        duration_s=settings.duration_s,
-        size=settings.size,
-        rate_per_producer=scenario.rate / scenario.pairs if scenario.rate else None,
-        exchange_type=scenario.exchange_type,
-    )
+    spec = perftest_spec(scenario, url, f"perftest-{settings.run_id}-{name}", settings)
     say(f"  warm-up {settings.warmup_s} s, measuring {settings.duration_s} s")
     run = run_perftest(settings.perftest_command, spec, meter, log_dir / "perftest.log")
     error = run.error if run.complete else (run.error or "no measured window")
     return _ToolOutcome(run.window_intervals(), error, run.to_json())
+
+
+def perftest_spec(
+    scenario: Scenario, url: str, queue_prefix: str, settings: SuiteSettings
+) -> PerfTestSpec:
+    """The PerfTest run of one case of ``scenario``."""
+    return PerfTestSpec(
+        url=url,
+        queue_prefix=queue_prefix,
+        warmup_s=settings.warmup_s,
+        duration_s=settings.duration_s,
+        producers=scenario.producers,
+        consumers=scenario.consumers,
+        queues=scenario.queues,
+        size=settings.size,
+        rate_per_producer=scenario.rate / scenario.producers if scenario.rate else None,
+        prefetch=scenario.prefetch,
+        exchange_type=scenario.exchange_type,
+    )
 
 
 def _pulsar_perf(
@@ -324,6 +353,7 @@ def _pulsar_perf(
     log_dir: Path,
 ) -> _ToolOutcome:
     assert servers.pulsar_service_url is not None and servers.pulsar_web_url is not None
+    assert scenario.pairs is not None  # see pulsar_perf_gap
     spec = PulsarPerfSpec(
         service_url=servers.pulsar_service_url,
         web_url=servers.pulsar_web_url,

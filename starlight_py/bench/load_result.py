@@ -8,23 +8,49 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Scenario:
-    """Producers and consumers, one pair per queue (or topic), and an optional fixed rate."""
+    """Producers, consumers and queues (or topics), and an optional fixed rate.
+
+    PerfTest spreads the producers and the consumers over the queues round-robin
+    (``perftest``); ``consumers`` over one queue compete for its messages, and a fanout
+    exchange bound to several queues gives each of them a copy of every message, so msg/s
+    (PerfTest's ``received``) then counts deliveries.
+    """
 
     name: str
-    pairs: int
+    producers: int = 1
+    consumers: int = 1
+    queues: int = 1
     rate: float | None = None  # msg/s over all producers; None = as fast as they can
-    # PerfTest publishes to an exchange of this type, declared with its queues just before
-    # (None: the default exchange); pulsar-perf runs as for the others.
+    # PerfTest publishes to an exchange of this type, which it declares with its queues and
+    # bindings just before (None: PerfTest's own direct exchange, one binding per queue).
     exchange_type: str | None = None
+    prefetch: int = 200  # of each consumer (PerfTest --qos)
+
+    @property
+    def pairs(self) -> int | None:
+        """How many queues, when each has one producer and one consumer (the shape
+        pulsar-perf runs here, one topic per queue); None for any other shape."""
+        if self.producers == self.consumers == self.queues:
+            return self.queues
+        return None
+
+    def shape(self) -> str:
+        """E.g. "1 producer, 4 consumers, 1 queue"."""
+        parts = ((self.producers, "producer"), (self.consumers, "consumer"), (self.queues, "queue"))
+        return ", ".join(f"{n} {what}" + ("" if n == 1 else "s") for n, what in parts)
 
 
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
     for scenario in (
-        Scenario("1p1c", 1),
-        Scenario("4p4c", 4),
-        Scenario("1p1c-300", 1, 300.0),
-        Scenario("1p1c-fanout", 1, exchange_type="fanout"),
+        Scenario("1p1c"),
+        Scenario("4p4c", producers=4, consumers=4, queues=4),
+        Scenario("1p1c-300", rate=300.0),
+        Scenario("1p1c-fanout", exchange_type="fanout"),
+        # a work queue: four consumers compete for one queue's messages
+        Scenario("1p4c-work", consumers=4, prefetch=10),
+        # one publish, ten deliveries: a fanout exchange bound to ten queues, one consumer each
+        Scenario("1p10c-fanout", consumers=10, queues=10, exchange_type="fanout"),
     )
 }
 

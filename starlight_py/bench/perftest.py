@@ -13,10 +13,17 @@ per-second lines after the warm-up (``window``), and the servers' CPU is read wh
 line that opens the window arrives and when the one that closes it arrives (``cpu``). The
 summary, warm-up included, goes to the JSON file only.
 
-Queues: one per producer/consumer pair, named ``<prefix>-1`` .. ``<prefix>-N`` through
-``--queue-pattern``; with ``-x N -y N`` PerfTest gives each queue one producer and one
-consumer. Persistent messages (``-f persistent``), which also makes PerfTest declare the
-queues durable; ``--auto-delete true`` removes them when the consumers go.
+Queues: ``<prefix>-1`` .. ``<prefix>-N`` through ``--queue-pattern``, ``-from 1``,
+``-to N``. PerfTest's "Working With Many Queues" (usage-advanced.adoc) says it spreads the
+producers and the consumers over that sequence round-robin: with ``-x N -y N`` each queue
+has one producer and one consumer, with ``-to 1 -y 4`` the four consumers share the one
+queue. Each queue is bound to the exchange PerfTest publishes to (``--exchange``, of
+``--type``; its own ``direct`` exchange by default) with the queue's name as routing key,
+and a producer publishes with its queue's name as routing key (``SequenceTopologyHandler``
+in its MulticastParams.java), so through a fanout exchange one producer's messages reach
+every queue of the sequence and ``received`` counts every consumer's deliveries.
+Persistent messages (``-f persistent``), which also makes PerfTest declare the queues
+durable; ``--auto-delete true`` removes them when the consumers go.
 """
 
 from __future__ import annotations
@@ -135,9 +142,11 @@ class PerfTestSpec:
 
     url: str
     queue_prefix: str
-    pairs: int
     warmup_s: int
     duration_s: int
+    producers: int = 1
+    consumers: int = 1
+    queues: int = 1  # <queue_prefix>-1 .. -N; producers and consumers spread round-robin
     size: int = 1024
     rate_per_producer: float | None = None
     confirm_window: int = 100
@@ -151,18 +160,18 @@ class PerfTestSpec:
 
     @property
     def queue_names(self) -> list[str]:
-        return [f"{self.queue_prefix}-{i}" for i in range(1, self.pairs + 1)]
+        return [f"{self.queue_prefix}-{i}" for i in range(1, self.queues + 1)]
 
 
 def perftest_arguments(spec: PerfTestSpec) -> list[str]:
     """PerfTest's command-line arguments for ``spec``."""
     arguments = [
         "--uri", spec.url,
-        "--producers", str(spec.pairs),
-        "--consumers", str(spec.pairs),
+        "--producers", str(spec.producers),
+        "--consumers", str(spec.consumers),
         "--queue-pattern", f"{spec.queue_prefix}-%d",
         "--queue-pattern-from", "1",
-        "--queue-pattern-to", str(spec.pairs),
+        "--queue-pattern-to", str(spec.queues),
         "--size", str(spec.size),
         "--flag", "persistent",
         "--confirm", str(spec.confirm_window),

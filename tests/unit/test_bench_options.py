@@ -19,7 +19,14 @@ def test_the_java_suite_is_the_default() -> None:
     args, problem = parse()
     assert problem is None
     assert args.clients == "java"
-    assert args.scenarios == ["1p1c", "4p4c", "1p1c-300", "1p1c-fanout"]
+    assert args.scenarios == [
+        "1p1c",
+        "4p4c",
+        "1p1c-300",
+        "1p1c-fanout",
+        "1p4c-work",
+        "1p10c-fanout",
+    ]
     assert (args.duration, args.warmup) == (30, 10)
     assert args.targets == ["proxy", "rabbitmq", "pulsar"]
 
@@ -51,7 +58,8 @@ def test_the_soak_uses_the_python_clients() -> None:
     [
         (
             ["--scenarios", "1x1"],
-            "--clients java takes --scenarios from 1p1c,4p4c,1p1c-300,1p1c-fanout",
+            "--clients java takes --scenarios from "
+            "1p1c,4p4c,1p1c-300,1p1c-fanout,1p4c-work,1p10c-fanout",
         ),
         (["--clients", "python", "--scenarios", "4p4c"], "--clients python and --soak"),
         (["--warmup", "0"], "1 second or more"),

@@ -4,8 +4,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from starlight_py.bench.java_suite import SuiteSettings, perftest_spec
+from starlight_py.bench.load_result import SCENARIOS
 from starlight_py.bench.perftest import (
     PerfTestInterval,
     PerfTestSpec,
@@ -137,9 +141,11 @@ def test_arguments_for_4p4c_saturation() -> None:
     spec = PerfTestSpec(
         url="amqp://guest:guest@127.0.0.1:5672/%2F",
         queue_prefix="perftest-run-4p4c-proxy",
-        pairs=4,
         warmup_s=10,
         duration_s=30,
+        producers=4,
+        consumers=4,
+        queues=4,
     )
     arguments = perftest_arguments(spec)
     pairs = dict(zip(arguments[::2], arguments[1::2], strict=True))
@@ -162,14 +168,112 @@ def test_arguments_for_4p4c_saturation() -> None:
 
 
 def test_a_fixed_rate_is_per_producer_and_whole_when_it_can_be() -> None:
-    spec = PerfTestSpec("amqp://x", "q", 1, 2, 5, rate_per_producer=300.0)
+    spec = PerfTestSpec("amqp://x", "q", 2, 5, rate_per_producer=300.0)
     assert perftest_arguments(spec)[-2:] == ["--rate", "300"]
-    spec = PerfTestSpec("amqp://x", "q", 4, 2, 5, rate_per_producer=75.5)
+    spec = PerfTestSpec(
+        "amqp://x", "q", 2, 5, producers=4, consumers=4, queues=4, rate_per_producer=75.5
+    )
     assert perftest_arguments(spec)[-2:] == ["--rate", "75.5"]
 
 
 def test_a_scenario_with_an_exchange_type_publishes_to_an_exchange_of_its_own() -> None:
-    spec = PerfTestSpec("amqp://x", "perftest-run-fan", 1, 2, 5, exchange_type="fanout")
+    spec = PerfTestSpec("amqp://x", "perftest-run-fan", 2, 5, exchange_type="fanout")
     arguments = perftest_arguments(spec)
     assert arguments[-4:] == ["--type", "fanout", "--exchange", "perftest-run-fan-x"]
-    assert "--type" not in perftest_arguments(PerfTestSpec("amqp://x", "q", 1, 2, 5))
+    assert "--type" not in perftest_arguments(PerfTestSpec("amqp://x", "q", 2, 5))
+
+
+def _scenario_arguments(name: str) -> list[str]:
+    """PerfTest's arguments for a case of scenario ``name``, as the suite builds them (10 s
+    of warm-up, 30 s measured)."""
+    settings = SuiteSettings(10, 30, "run", Path("/tmp"), ["java"], Path("/tmp"))
+    spec = perftest_spec(SCENARIOS[name], "amqp://x", f"perftest-run-{name}", settings)
+    return perftest_arguments(spec)
+
+
+def _common(prefetch: int = 200) -> list[str]:
+    return [
+        "--size", "1024",
+        "--flag", "persistent",
+        "--confirm", "100",
+        "--multi-ack-every", "50",
+        "--qos", str(prefetch),
+        "--auto-delete", "true",
+        "--time", "41",
+    ]  # fmt: skip
+
+
+def _spread(prefix: str, producers: int, consumers: int, queues: int) -> list[str]:
+    return [
+        "--uri", "amqp://x",
+        "--producers", str(producers),
+        "--consumers", str(consumers),
+        "--queue-pattern", f"{prefix}-%d",
+        "--queue-pattern-from", "1",
+        "--queue-pattern-to", str(queues),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("1p1c", [*_spread("perftest-run-1p1c", 1, 1, 1), *_common()]),
+        ("4p4c", [*_spread("perftest-run-4p4c", 4, 4, 4), *_common()]),
+        (
+            "1p1c-300",
+            [*_spread("perftest-run-1p1c-300", 1, 1, 1), *_common(), "--rate", "300"],
+        ),
+        (
+            "1p1c-fanout",
+            [
+                *_spread("perftest-run-1p1c-fanout", 1, 1, 1),
+                *_common(),
+                "--type", "fanout",
+                "--exchange", "perftest-run-1p1c-fanout-x",
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_the_first_scenarios_keep_their_arguments(name: str, expected: list[str]) -> None:
+    assert _scenario_arguments(name) == expected
+
+
+def test_a_work_queue_puts_four_consumers_on_one_queue() -> None:
+    """--queue-pattern from 1 to 1: PerfTest spreads the consumers over that one queue."""
+    assert _scenario_arguments("1p4c-work") == [
+        "--uri", "amqp://x",
+        "--producers", "1",
+        "--consumers", "4",
+        "--queue-pattern", "perftest-run-1p4c-work-%d",
+        "--queue-pattern-from", "1",
+        "--queue-pattern-to", "1",
+        "--size", "1024",
+        "--flag", "persistent",
+        "--confirm", "100",
+        "--multi-ack-every", "50",
+        "--qos", "10",
+        "--auto-delete", "true",
+        "--time", "41",
+    ]  # fmt: skip
+
+
+def test_a_fanout_to_ten_queues_has_one_consumer_on_each() -> None:
+    """Ten queues bound to the fanout exchange, ten consumers spread one per queue, one
+    producer publishing to the exchange."""
+    assert _scenario_arguments("1p10c-fanout") == [
+        "--uri", "amqp://x",
+        "--producers", "1",
+        "--consumers", "10",
+        "--queue-pattern", "perftest-run-1p10c-fanout-%d",
+        "--queue-pattern-from", "1",
+        "--queue-pattern-to", "10",
+        "--size", "1024",
+        "--flag", "persistent",
+        "--confirm", "100",
+        "--multi-ack-every", "50",
+        "--qos", "200",
+        "--auto-delete", "true",
+        "--time", "41",
+        "--type", "fanout",
+        "--exchange", "perftest-run-1p10c-fanout-x",
+    ]  # fmt: skip
