@@ -42,7 +42,7 @@ from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.requeued import RequeuedPositions
 from starlight_py.gateway.topology_methods import VhostContext
-from starlight_py.metadata.cache import TopologyCache
+from starlight_py.metadata.cache import QueueChange, TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import (
@@ -60,7 +60,9 @@ REFRESH = 0.5  # s: whether this proxy leads is asked again this often (and on a
 # ... and this often when the candidates are watched (a change is heard at once; the look
 # is a safety net, two ZooKeeper reads: idle proxies do not poll).
 REFRESH_WATCHED = 10.0
-TICK = 0.1  # s: the topology is looked at for new queues this often
+# s: the topology is looked at for new queues at least this often; a change wakes the loop
+# at once (TopologyCache.on_change), so this is a safety net, not a poll.
+TICK = 5.0
 IDLE_POLL = 1.0  # s: the leader looks again at a queue whose head does not expire
 BUSY_POLL = 1.0  # s: a queue with consumers is looked at again after this long
 MAX_WAIT = 60.0  # s: the longest a watched queue goes unseen (TTLs can be days)
@@ -115,6 +117,7 @@ class ExpiryReaper:
         self._leading = False  # as of the last refresh
         self.watch_lead = watch_lead
         self._lead_changed = False  # the candidates changed since the lead was last asked
+        self._seen_changes = -1  # the cache's change count the watches were last made from
 
     # ---- from publishers (trio thread) ---------------------------------------------------------
 
@@ -135,12 +138,13 @@ class ExpiryReaper:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self._hear_changes(trio.lowlevel.current_trio_token())
             if self.watch_lead is not None:
                 nursery.start_soon(
                     self._watch_lead, self.watch_lead, trio.lowlevel.current_trio_token()
                 )
             asked = float("-inf")  # when the lead was last asked for
-            seen_changes = -1
+            self._seen_changes = -1
             while True:
                 now = trio.current_time()
                 refresh = REFRESH if self.watch_lead is None else REFRESH_WATCHED
@@ -148,11 +152,11 @@ class ExpiryReaper:
                     self._lead_changed = False
                     leading = await self._ask_lead()
                     if leading != self._leading:
-                        seen_changes = -1  # the queues to watch change with the lead
+                        self._seen_changes = -1  # the queues to watch change with the lead
                     self._leading = leading
                     asked = now
-                if seen_changes != self.cache.changes:
-                    seen_changes = self.cache.changes
+                if self._seen_changes != self.cache.changes:
+                    self._seen_changes = self.cache.changes
                     self._refresh(now)
                 for watch in list(self._watches.values()):
                     if not watch.busy and watch.due <= now:
@@ -162,7 +166,7 @@ class ExpiryReaper:
                         watch.due = float("inf")
                         nursery.start_soon(self._look, watch)
                 waiting = [w.due for w in self._watches.values() if not w.busy]
-                # A queue declared meanwhile is seen within TICK.
+                # A queue declared meanwhile wakes the loop (`_hear_changes`).
                 until = min([now + TICK, *waiting])
                 self._wakeup = trio.Event()
                 with trio.move_on_at(until):
@@ -182,6 +186,20 @@ class ExpiryReaper:
             except MetadataUnavailable as e:
                 log.debug("expiry: cannot watch the lead yet: %s", e)
                 await trio.sleep(RETRY)
+
+    def _hear_changes(self, token: trio.lowlevel.TrioToken) -> None:
+        """Wake the loop when the topology changes (a queue with a TTL declared, a policy
+        set), instead of looking at the cache every few tenths of a second."""
+
+        def changed(_touched: QueueChange) -> None:  # on kazoo's thread
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._topology_changed)
+
+        self.cache.on_change(changed)
+
+    def _topology_changed(self) -> None:
+        if self.cache.changes != self._seen_changes:
+            self._wakeup.set()
 
     def _candidates_changed(self) -> None:
         self._lead_changed = True

@@ -22,6 +22,7 @@ a binding routes it to.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -80,6 +81,11 @@ class PreAcks:
         self._opening: dict[tuple[str, str], list[Any]] = {}
         self._nursery: trio.Nursery | None = None
         self._seen_changes = -1
+        # Nothing stored and no consumer open: the loop sleeps until a store wakes it
+        # (`_wake_if_idle`, from a pulsar thread) instead of ticking.
+        self._idle = False
+        self._woken = trio.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
 
     def wanted(
         self, vhost: str, exchange: Exchange, routing_key: str, headers: dict[str, Any] | None
@@ -123,6 +129,7 @@ class PreAcks:
         """For ProducerHandle.send_tracked: records the stored message (pulsar thread).
         `skipped`: queues whose subscriptions on `topic` skip this copy."""
         append = self._stored.append
+        wake_if_idle = self._wake_if_idle
 
         def stored(position: MessageIdRecord, message_id: Any) -> None:
             append(
@@ -138,15 +145,24 @@ class PreAcks:
                     skipped,
                 )
             )
+            wake_if_idle()
 
         return stored
+
+    def _wake_if_idle(self) -> None:
+        """After a store (any thread): the loop goes on if it was sleeping."""
+        if self._idle and self._token is not None:
+            self._idle = False
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._woken.set)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             idle_check = trio.current_time()
+            self._token = trio.lowlevel.current_trio_token()
             while True:
-                await trio.sleep(TICK)
+                await self._sleep()
                 cutoff = time.monotonic() - PRE_ACK_DELAY
                 stored = self._stored
                 while stored and stored[0].at <= cutoff:
@@ -156,6 +172,19 @@ class PreAcks:
                     self._seen_changes = self.cache.changes
                     idle_check = now
                     self._close_unused(now)
+
+    async def _sleep(self) -> None:
+        """TICK while anything is stored or open; else until a store comes."""
+        if self._stored or self._consumers or self._opening:
+            await trio.sleep(TICK)
+            return
+        self._woken = trio.Event()
+        self._idle = True
+        if self._stored:  # stored before the flag was up
+            self._idle = False
+            return
+        await self._woken.wait()
+        await trio.sleep(TICK)  # as before: a store is looked at a tick later
 
     def _pre_ack(self, item: _Stored) -> None:
         for binding_set in self.cache.binding_sets_of_exchange(item.vhost, item.exchange):
