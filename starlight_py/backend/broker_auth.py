@@ -18,11 +18,8 @@ import json
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 from urllib.parse import unquote, urlsplit
-
-if TYPE_CHECKING:
-    from starlight_py.config import StarlightConfig
 
 PLUGIN_KEY = "brokerClientAuthenticationPlugin"
 PARAMETERS_KEY = "brokerClientAuthenticationParameters"
@@ -186,6 +183,32 @@ def _plain_path(value: str) -> str:
     return _file_url_path(value) if value.startswith("file:") else value
 
 
+class BrokerConnectionConfig(Protocol):
+    """What `BrokerClientSettings.from_config` reads of the proxy's configuration
+    (`StarlightConfig`, which imports this module to check the keys)."""
+
+    @property
+    def pulsar_service_url(self) -> str: ...
+    @property
+    def pulsar_web_url(self) -> str: ...
+    @property
+    def tls_enabled_with_broker(self) -> bool: ...
+    @property
+    def broker_service_url_tls(self) -> str: ...
+    @property
+    def broker_web_url_tls(self) -> str: ...
+    @property
+    def broker_client_auth_plugin(self) -> str: ...
+    @property
+    def broker_client_auth_parameters(self) -> str: ...
+    @property
+    def broker_client_trust_certs_file(self) -> str: ...
+    @property
+    def broker_tls_allow_insecure(self) -> bool: ...
+    @property
+    def broker_tls_hostname_verification(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class BrokerClientSettings:
     """Where and how the proxy connects to Pulsar: the binary and admin URLs actually used,
@@ -199,7 +222,7 @@ class BrokerClientSettings:
     validate_hostname: bool = True
 
     @classmethod
-    def from_config(cls, config: StarlightConfig) -> BrokerClientSettings:
+    def from_config(cls, config: BrokerConnectionConfig) -> BrokerClientSettings:
         """The settings of a validated configuration (which already checked the keys, so
         this raises nothing; token files are read later, at each use)."""
         service_url, web_url = config.pulsar_service_url, config.pulsar_web_url
