@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -50,16 +50,15 @@ from starlight_py.core.consumer import Consumer, Deliverable
 from starlight_py.gateway.batch_requeues import BatchRequeues
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.consumer_link import ConsumerLink
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.delivery_plans import (
-    DeliveryPlan,
     current_binding_set,
     plan_deliveries,
 )
 from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
 from starlight_py.gateway.queue_sources import QueueSources
 from starlight_py.gateway.requeued import RequeuedPositions
-from starlight_py.gateway.returns import Returns
 from starlight_py.gateway.single_active import (
     is_single_active,
     join_line,
@@ -74,63 +73,17 @@ from starlight_py.gateway.stream_consuming import (
     with_offset_header,
 )
 from starlight_py.gateway.topology_methods import VhostContext
-from starlight_py.metadata.cache import PREFETCH_MARK, TopologyCache
+from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.dead_letters import REJECTED
-from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.routing import any_binding_routes
 from starlight_py.model.streams import StreamStart, settle_refused
-from starlight_py.model.topology import Queue
-from starlight_py.topology.service import EXCLUSIVE_MARK, TopologyService
+from starlight_py.topology.service import TopologyService
 
 log = logging.getLogger("starlight.consume")
 
 UNLIMITED_RECEIVER_QUEUE = 1000
-
-
-@dataclass(eq=False)
-class ConsumerLink:
-    """The gateway's side of one AMQP consumer (the core's `Consumer.link`)."""
-
-    session: ChannelSession
-    tag: str
-    queue: str
-    exclusive: bool
-    record: Queue | None  # the queue as declared (auto-delete, x-expires, dead-lettering)
-    prefetch: int = 0  # the consumer's, when it started (0: unlimited)
-    core: Consumer | None = None
-    handles: dict[str, ConsumerHandle] = field(default_factory=dict)  # by subscription
-    ranks: dict[str, int] = field(default_factory=dict)  # by subscription: 1 + band, or 0
-    known_sets: dict[str, BindingSet] = field(default_factory=dict)  # by topic
-    # What `vet` works out once per Pulsar consumer and topology change (delivery_plans.py).
-    plans: dict[ConsumerHandle, DeliveryPlan] = field(default_factory=dict)
-    batcher: Batcher[tuple[ConsumerHandle, list[ReceivedMessage]]] | None = None
-    registered: bool = False  # in ZooKeeper's consumers of the queue
-    # x-single-active-consumer: its place in the queue's line, and whether it waits for
-    # its turn (it reads nothing until it is first).
-    place: str | None = None
-    waiting: bool = False
-    # A stream queue's consumer: where it starts (it reads through readers of its own).
-    stream: StreamStart | None = None
-    # Where it starts on each of the stream's topics (a numeric offset differs by topic).
-    topic_starts: dict[str, StreamStart] = field(default_factory=dict)
-    # A stream's first retained position on each subscription's topic (docs/mapping.md).
-    floors: dict[str, MessageIdRecord] = field(default_factory=dict)
-    opening: set[str] = field(default_factory=set)  # subscriptions being subscribed to
-    # Messages its Pulsar consumers are handed again (returns.py).
-    returns: Returns = field(default_factory=Returns)
-
-    @property
-    def registry_name(self) -> str:
-        # The prefetch limits the batch entries of the queue's topics (TopologyCache).
-        return f"{self.session.number}/{self.tag}{PREFETCH_MARK}{self.prefetch}" + (
-            EXCLUSIVE_MARK if self.exclusive else ""
-        )
-
-    @property
-    def cancelled(self) -> bool:
-        return self.core is None or self.core.cancelled
 
 
 def _name(value: object) -> str:
@@ -531,11 +484,11 @@ class Consumers:
         view = plain_delivery(message.properties, plan.exchange, plan.key)
         if view is None or not plan.routes(view[1]):
             return self._vet_fully(link, message)
-        redelivered = self._redelivered(message, link)
+        redelivered = self.redelivered(message, link)
         return Deliverable(view[0], view[1], view[2], message.body, redelivered, plan.record)
 
     def _vet_fully(self, link: ConsumerLink, message: ReceivedMessage) -> Deliverable | None:
-        decoded = self._route(link.queue, link.known_sets, message)
+        decoded = self.route(link.queue, link.known_sets, message)
         if decoded is None:
             message.handle.acknowledge(message)  # not for this queue (another binding's)
             return None
@@ -550,7 +503,7 @@ class Consumers:
             decoded.routing_key,
             decoded.raw_properties,
             decoded.body,
-            self._redelivered(message, link),
+            self.redelivered(message, link),
             record,
         )
 
@@ -564,7 +517,7 @@ class Consumers:
         start = link.topic_starts.get(message.handle.topic.local, link.stream)
         if not start.admits(message.index, message.publish_time_ms):
             return None
-        decoded = self._route(link.queue, link.known_sets, message)
+        decoded = self.route(link.queue, link.known_sets, message)
         if decoded is None:
             return None
         own_topic = naming.exchange_topic(self.ctx.namespace, "", "direct", link.queue).local
@@ -577,7 +530,7 @@ class Consumers:
             link.record,
         )
 
-    def _route(
+    def route(
         self, queue: str, known_sets: dict[str, BindingSet], message: ReceivedMessage
     ) -> DecodedMessage | None:
         """The message as the queue gets it, or None when no binding of the queue on its
@@ -604,7 +557,7 @@ class Consumers:
             return decoded
         return None
 
-    def _redelivered(self, message: ReceivedMessage, link: ConsumerLink | None = None) -> bool:
+    def redelivered(self, message: ReceivedMessage, link: ConsumerLink | None = None) -> bool:
         # Pulsar's count survives negative acks but not a consumer closing or a topic
         # reload, so requeues seen by this proxy and returns (returns.py) count too
         # (docs/compatibility.md).

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -31,6 +31,7 @@ from starlight_py.backend.pulsar_admin import SubscriptionStats
 from starlight_py.backend.pulsar_client import ConsumerHandle, ReceivedMessage
 from starlight_py.core.consumer import Deliverable
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.consuming_services import ConsumingServices
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.counts import ready_messages
@@ -39,9 +40,6 @@ from starlight_py.model.queue_limits import MAX_LENGTH
 from starlight_py.model.streams import get_refused, is_stream
 from starlight_py.model.topology import Queue
 from starlight_py.topology.service import expires_after
-
-if TYPE_CHECKING:
-    from starlight_py.gateway.consuming import Consumers
 
 # A new consumer gets its first message a few ms after subscribing; stats said it is there.
 GET_WAIT = 0.5
@@ -79,7 +77,7 @@ def rank(binding_set: BindingSet) -> int:
 class Getters:
     """basic.get for one connection (its getters live in each ChannelSession)."""
 
-    def __init__(self, consumers: Consumers) -> None:
+    def __init__(self, consumers: ConsumingServices) -> None:
         self.consumers = consumers
 
     async def get(self, session: ChannelSession, queue: str, no_ack: bool) -> None:
@@ -284,7 +282,7 @@ class Getters:
                 message = await trio.to_thread.run_sync(handle.receive, wait)
             if message is None:
                 return False
-            decoded = self.consumers._route(
+            decoded = self.consumers.route(
                 queue, {binding_set.subscription_topic: binding_set}, message
             )
             if decoded is None:
@@ -300,7 +298,7 @@ class Getters:
                 decoded.routing_key,
                 decoded.raw_properties,
                 decoded.body,
-                self.consumers._redelivered(message),
+                self.consumers.redelivered(message),
                 record,
             )
             session.core.deliver_get(message, deliverable, no_ack, remaining)
@@ -416,7 +414,7 @@ class Getters:
                 message = await trio.to_thread.run_sync(handle.receive, GET_WAIT)
                 if message is None:
                     break
-                if self.consumers._route(queue, known, message) is None:
+                if self.consumers.route(queue, known, message) is None:
                     handle.acknowledge(message)  # another binding's message: not this queue's
                     continue
                 if not take(handle, message, record):

@@ -12,16 +12,14 @@ closes, and so to the next one.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import trio
 
+from starlight_py.gateway.consumer_link import ConsumerLink
+from starlight_py.gateway.consuming_services import ConsumingServices
 from starlight_py.gateway.getting import rank
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model.topology import Queue
-
-if TYPE_CHECKING:
-    from starlight_py.gateway.consuming import ConsumerLink, Consumers
 
 log = logging.getLogger("starlight.consume")
 
@@ -33,7 +31,7 @@ def is_single_active(queue: Queue) -> bool:
     return queue.arguments.get(ARGUMENT) is True
 
 
-async def join_line(consumers: Consumers, link: ConsumerLink) -> None:
+async def join_line(consumers: ConsumingServices, link: ConsumerLink) -> None:
     """Take the consumer's place in its queue's line; `link.waiting` says whether others
     are before it. Raises NotFound (queue gone), MetadataUnavailable."""
     topology = consumers.topology
@@ -45,7 +43,7 @@ async def join_line(consumers: Consumers, link: ConsumerLink) -> None:
     link.waiting = first != link.place
 
 
-async def wait_for_turn(consumers: Consumers, link: ConsumerLink) -> None:
+async def wait_for_turn(consumers: ConsumingServices, link: ConsumerLink) -> None:
     """Until the consumer is first in line (or goes): then subscribe it to its queue."""
     topology = consumers.topology
     vhost = consumers.ctx.vhost
@@ -67,7 +65,7 @@ async def wait_for_turn(consumers: Consumers, link: ConsumerLink) -> None:
         consumers.kick()
 
 
-async def leave_line(consumers: Consumers, link: ConsumerLink) -> None:
+async def leave_line(consumers: ConsumingServices, link: ConsumerLink) -> None:
     """The consumer goes: the next in line (on whichever proxy) takes over."""
     link.waiting = False
     if link.place is None:

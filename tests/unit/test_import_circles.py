@@ -13,13 +13,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "starlight_py"
 KNOWN_CIRCLES = (
     frozenset(
         {
-            "starlight_py.gateway.consuming",
-            "starlight_py.gateway.getting",
-            "starlight_py.gateway.single_active",
-        }
-    ),
-    frozenset(
-        {
             "starlight_py.gateway.client_connection",
             "starlight_py.gateway.connection_report",
             "starlight_py.gateway.server",
