@@ -328,9 +328,11 @@ impl ListenedMessage {
     }
 }
 
-/// "(ledger,entry,partition,batch index)" as pulsar-client prints an id.
+/// "(ledger,entry,partition,batch index)" as pulsar-client prints an id; a chunked
+/// message's id prints its first and last chunks, "(..);(..)", and stands at its first.
 fn parse_id(text: &str) -> Option<[i64; 4]> {
-    let inner = text.trim().strip_prefix('(')?.strip_suffix(')')?;
+    let first = text.split(';').next()?;
+    let inner = first.trim().strip_prefix('(')?.strip_suffix(')')?;
     let mut fields = [0i64; 4];
     let mut count = 0;
     for part in inner.split(',') {
@@ -593,5 +595,6 @@ mod tests {
         assert_eq!(parse_id("(1,2,3,4,5)"), None);
         assert_eq!(parse_id("1,2,3,4"), None);
         assert_eq!(parse_id("(a,2,3,4)"), None);
+        assert_eq!(parse_id("(3,1,-1,-1);(3,2,-1,-1)"), Some([3, 1, -1, -1]));
     }
 }

@@ -22,6 +22,8 @@ from typing import Any
 
 import trio
 
+from starlight_py.gateway.returns import known_position
+
 # s added to the grouping time, for pulsar-client's timer to have sent what it gathered.
 MARGIN = 0.05
 # s: how often entries waiting to go back are looked at, at most (and at least this often).
@@ -41,11 +43,18 @@ class _Waiting:
     clear_since: float | None = None  # since when no other message of the entry is held
 
 
+def key_index(message: Any) -> int:
+    """The batch index of a message `entry_key` gave a key for."""
+    position = known_position(message)
+    assert position is not None
+    return position.batch_index
+
+
 def entry_key(message: Any) -> EntryKey | None:
     """The entry a message of a batch entry is in, per Pulsar consumer; None when the
     message is not part of a batch entry."""
-    position = message.position
-    if position.batch_index < 0:
+    position = known_position(message)
+    if position is None or position.batch_index < 0:
         return None
     return (id(message.handle), position.ledger_id, position.entry_id, position.partition)
 
@@ -75,7 +84,7 @@ class BatchRequeues:
         if waiting is None:
             waiting = self._waiting[key] = _Waiting(message.handle, [], held)
         waiting.messages.append(message)
-        waiting.indexes.add(message.position.batch_index)
+        waiting.indexes.add(key_index(message))
         # Other messages of the entry may have been acknowledged just now.
         waiting.clear_since = None
         if not self._running:
@@ -115,8 +124,8 @@ def _holds_another(waiting: _Waiting, key: EntryKey) -> bool:
     for message in waiting.held():
         if message.handle is not handle:
             continue
-        position = message.position
-        if (
+        position = known_position(message)
+        if position is not None and (
             position.entry_id == entry
             and position.ledger_id == ledger
             and position.partition == partition

@@ -35,6 +35,28 @@ MOST_REMEMBERED = 10_000
 Holdings = Callable[[], Iterable[Any]]
 
 
+def known_position(message: Any) -> MessageIdRecord | None:
+    """The message's position, or None when it has none that compares (a chunked
+    message's id names its first and last chunks)."""
+    try:
+        position: MessageIdRecord = message.position
+    except RuntimeError:
+        return None
+    return position
+
+
+def _ahead(
+    first: MessageIdRecord | None, last: MessageIdRecord | None, frontier: MessageIdRecord | None
+) -> MessageIdRecord | None:
+    """The batch's last position when the batch is in order and wholly ahead of `frontier`
+    (its first and last positions say so), else None: then it is looked at one by one."""
+    if first is None or last is None or last < first:
+        return None
+    if frontier is not None and not first > frontier:
+        return None
+    return last
+
+
 class Returns:
     """One AMQP consumer's record: each of its Pulsar consumers' furthest position, and the
     returns found behind it, until they are delivered."""
@@ -52,24 +74,27 @@ class Returns:
             return batch
         key = id(handle)
         frontier = self._frontiers.get(key)
-        first, last = batch[0].position, batch[-1].position
-        if frontier is None or (first > frontier and last >= first):
-            self._frontiers[key] = last if frontier is None or last > frontier else frontier
+        ahead = _ahead(known_position(batch[0]), known_position(batch[-1]), frontier)
+        if ahead is not None:
+            self._frontiers[key] = ahead
             return batch
         kept: list[Any] = []
-        held_positions: set[MessageIdRecord] | None = None
+        held_positions: set[MessageIdRecord | None] | None = None
         for message in batch:
-            position = message.position
-            if position > frontier:
+            position = known_position(message)
+            if position is None:
+                pass  # not judged
+            elif frontier is None or position > frontier:
                 frontier = position
             elif DELAY_PROPERTY not in message.properties:
                 if held_positions is None:
-                    held_positions = {m.position for m in held() if m.handle is handle}
+                    held_positions = {known_position(m) for m in held() if m.handle is handle}
                 if position in held_positions:
                     continue  # a copy of what the channel holds
                 self._remember(message)
             kept.append(message)
-        self._frontiers[key] = frontier
+        if frontier is not None:
+            self._frontiers[key] = frontier
         return kept
 
     def returned(self, message: Any) -> bool:

@@ -74,3 +74,26 @@ def test_delayed_messages_come_late_by_design() -> None:
     delayed = Message(HANDLE, MessageIdRecord(5, 1), {DELAY_PROPERTY: "5000"})
     assert returns.sort(HANDLE, [delayed], lambda: [delayed]) == [delayed]
     assert not returns.returned(delayed)
+
+
+class Chunked:
+    """A chunked message: its id names its first and last chunks, and has no position."""
+
+    def __init__(self, handle: object) -> None:
+        self.handle = handle
+        self.properties: dict[str, str] = {}
+
+    @property
+    def position(self) -> MessageIdRecord:
+        raise RuntimeError('an id printed as "(3,1,-1,-1);(3,2,-1,-1)"')
+
+
+def test_a_message_without_a_position_is_passed_on_unjudged() -> None:
+    returns = Returns()
+    chunked = Chunked(HANDLE)
+    batch = [*at(1), chunked, *at(4)]
+    assert returns.sort(HANDLE, batch, lambda: []) == batch
+    assert returns.sort(HANDLE, [chunked], lambda: []) == [chunked]
+    assert not returns.returned(chunked)
+    held = [chunked, *at(4)]
+    assert returns.sort(HANDLE, at(4), lambda: held) == []  # 4 is held: a copy
