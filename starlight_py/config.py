@@ -290,8 +290,9 @@ class StarlightConfig:
             "consumer re-arms a timer this often, busy or idle: with thousands of queues a "
             "longer time costs less CPU while idle; 0 sends each acknowledgement at once and "
             "keeps no timer. Queue counts read on other proxies may lag by this much. With "
-            "pulsarProducerBatching at most 100 (a requeued message of a batch entry would "
-            "bring back those of its entry whose acknowledgements were not sent yet).",
+            "pulsarProducerBatching (the default) at most 100: a requeued message of a batch "
+            "entry waits for its entry's acknowledgements to be sent, so this is how late it "
+            "goes back.",
         ),
     )
     producer_batching: bool = field(
