@@ -325,6 +325,9 @@ def _perftest(
     return _ToolOutcome(run.window_intervals(), error, run.to_json())
 
 
+MULTI_ACK_EVERY = 50  # PerfTest's -A: consumers acknowledge every 50th message, multiple
+
+
 def perftest_spec(
     scenario: Scenario, url: str, queue_prefix: str, settings: SuiteSettings
 ) -> PerfTestSpec:
@@ -340,6 +343,9 @@ def perftest_spec(
         size=settings.size,
         rate_per_producer=scenario.rate / scenario.producers if scenario.rate else None,
         prefetch=scenario.prefetch,
+        # PerfTest refuses a multiple-ack batch larger than the prefetch; half of it keeps
+        # credit flowing (the work queue's prefetch of 10: every 5th message).
+        multi_ack_every=min(MULTI_ACK_EVERY, max(1, scenario.prefetch // 2)),
         exchange_type=scenario.exchange_type,
     )
 

@@ -250,11 +250,19 @@ def test_a_work_queue_puts_four_consumers_on_one_queue() -> None:
         "--size", "1024",
         "--flag", "persistent",
         "--confirm", "100",
-        "--multi-ack-every", "50",
+        "--multi-ack-every", "5",
         "--qos", "10",
         "--auto-delete", "true",
         "--time", "41",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_no_scenario_acknowledges_more_at_once_than_its_prefetch(name: str) -> None:
+    """PerfTest refuses --multi-ack-every above --qos (and stops at once)."""
+    arguments = _scenario_arguments(name)
+    every = int(arguments[arguments.index("--multi-ack-every") + 1])
+    assert every <= int(arguments[arguments.index("--qos") + 1])
 
 
 def test_a_fanout_to_ten_queues_has_one_consumer_on_each() -> None:
