@@ -7,6 +7,7 @@ from typing import Any
 
 from starlight_py.gateway.batch_requeues import MARGIN, BatchRequeues
 from starlight_py.model.positions import MessageIdRecord
+from tests.support.chunked import Chunked
 
 GROUPING = 0.1
 
@@ -96,17 +97,6 @@ def test_what_a_closed_consumer_held_is_forgotten() -> None:
     handle.closed = True  # the broker gave back everything it held
     made.check(0.0)
     assert (len(made), handle.sent_back) == (0, [])
-
-
-class Chunked:
-    """A chunked message: its id names its first and last chunks, and has no position."""
-
-    def __init__(self, handle: Handle) -> None:
-        self.handle = handle
-
-    @property
-    def position(self) -> MessageIdRecord:
-        raise RuntimeError('an id printed as "(3,1,-1,-1);(3,2,-1,-1)"')
 
 
 def test_a_chunked_message_goes_back_at_once() -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from starlight_py.gateway.returns import DELAY_PROPERTY, Returns
 from starlight_py.model.positions import MessageIdRecord
+from tests.support.chunked import Chunked
 
 
 @dataclass(eq=False)
@@ -74,18 +75,6 @@ def test_delayed_messages_come_late_by_design() -> None:
     delayed = Message(HANDLE, MessageIdRecord(5, 1), {DELAY_PROPERTY: "5000"})
     assert returns.sort(HANDLE, [delayed], lambda: [delayed]) == [delayed]
     assert not returns.returned(delayed)
-
-
-class Chunked:
-    """A chunked message: its id names its first and last chunks, and has no position."""
-
-    def __init__(self, handle: object) -> None:
-        self.handle = handle
-        self.properties: dict[str, str] = {}
-
-    @property
-    def position(self) -> MessageIdRecord:
-        raise RuntimeError('an id printed as "(3,1,-1,-1);(3,2,-1,-1)"')
 
 
 def test_a_message_without_a_position_is_passed_on_unjudged() -> None:
