@@ -43,22 +43,6 @@ class _Waiting:
     clear_since: float | None = None  # since when no other message of the entry is held
 
 
-def key_index(message: Any) -> int:
-    """The batch index of a message `entry_key` gave a key for."""
-    position = known_position(message)
-    assert position is not None
-    return position.batch_index
-
-
-def entry_key(message: Any) -> EntryKey | None:
-    """The entry a message of a batch entry is in, per Pulsar consumer; None when the
-    message is not part of a batch entry."""
-    position = known_position(message)
-    if position is None or position.batch_index < 0:
-        return None
-    return (id(message.handle), position.ledger_id, position.entry_id, position.partition)
-
-
 class BatchRequeues:
     """Negative acknowledgements of batch messages, held back as the module says. One per
     connection; its task runs in the connection's nursery while any wait."""
@@ -76,15 +60,16 @@ class BatchRequeues:
     def negative_acknowledge(self, message: Any, held: Holdings) -> None:
         """Send `message` back to its queue: at once when it is alone in its entry, else
         once `held()` shows no other message of its entry on its consumer."""
-        key = entry_key(message)
-        if key is None:
+        position = known_position(message)
+        if position is None or position.batch_index < 0:  # not part of a batch entry
             message.handle.negative_acknowledge(message)
             return
+        key = (id(message.handle), position.ledger_id, position.entry_id, position.partition)
         waiting = self._waiting.get(key)
         if waiting is None:
             waiting = self._waiting[key] = _Waiting(message.handle, [], held)
         waiting.messages.append(message)
-        waiting.indexes.add(key_index(message))
+        waiting.indexes.add(position.batch_index)
         # Other messages of the entry may have been acknowledged just now.
         waiting.clear_since = None
         if not self._running:

@@ -318,12 +318,15 @@ def two_connections(proxy: ProxyThread) -> Iterator[list[BlockingConnection]]:
                 connection.close()
 
 
-def prefetch_one_workers(channels: list[BlockingChannel], queue: str) -> list[Deliveries]:
-    """A prefetch-1 consumer of `queue` on each channel; each acknowledges nothing itself."""
+def competing_workers(
+    channels: list[BlockingChannel], queue: str, prefetch: int = 1
+) -> list[Deliveries]:
+    """A consumer of `queue` on each channel (prefetch 1 unless said); each acknowledges
+    nothing itself."""
     received = []
     for worker in channels:
         deliveries = Deliveries()
-        worker.basic_qos(prefetch_count=1)
+        worker.basic_qos(prefetch_count=prefetch)
         worker.basic_consume(queue, deliveries)
         received.append(deliveries)
     return received
@@ -356,7 +359,7 @@ def test_a_burst_is_spread_over_competing_consumers(
         channels = [connection.channel() for connection in connections]
         queue = created.queue("shared")
         channels[0].queue_declare(queue)
-        received = prefetch_one_workers(channels, queue)
+        received = competing_workers(channels, queue)
         time.sleep(0.5)  # every proxy's cache hears of the second consumer
         publish_burst(batching_proxy, queue)
         pump(connections, lambda: all(len(d) == 1 for d in received), settle=0.5)
@@ -386,12 +389,7 @@ def test_competing_consumers_on_two_proxies_get_the_burst_in_shares(
         channels = [connection.channel() for connection in connections]
         queue = created.queue("shares")
         channels[0].queue_declare(queue)
-        received = []
-        for worker in channels:
-            deliveries = Deliveries()
-            worker.basic_qos(prefetch_count=10)
-            worker.basic_consume(queue, deliveries)
-            received.append(deliveries)
+        received = competing_workers(channels, queue, prefetch=10)
         time.sleep(0.5)  # each proxy's cache hears of the other's consumer
         publish_burst(batching_proxy, queue)
         pump(connections, lambda: sum(len(d) for d in received) == BURST, settle=0.5)
@@ -422,11 +420,11 @@ def test_a_burst_batched_for_one_worker_is_shared_with_a_worker_that_joins(
         channels = [connection.channel() for connection in connections]
         queue = created.queue("joined")
         channels[0].queue_declare(queue)
-        received = prefetch_one_workers(channels[:1], queue)
+        received = competing_workers(channels[:1], queue)
         time.sleep(0.5)  # every proxy's cache hears of the consumer and its prefetch
         publish_burst(batching_proxy, queue)
         assert stored_entries(services, queue) == BURST  # entries of one message each
-        received += prefetch_one_workers(channels[1:], queue)
+        received += competing_workers(channels[1:], queue)
         pump(connections, lambda: len(received[1]) == 1, settle=0.5)
         work_through_the_burst(connections, channels, received)
         bodies = sorted(body for d in received for body in d.bodies)
@@ -533,7 +531,7 @@ def test_a_backlog_published_before_any_consumer_is_spread_over_those_that_come(
         channels[0].queue_declare(queue)
         publish_burst(batching_proxy, queue)
         assert stored_entries(services, queue) == BURST
-        received = prefetch_one_workers(channels, queue)
+        received = competing_workers(channels, queue)
         pump(connections, lambda: all(len(d) == 1 for d in received), settle=0.5)
         assert [len(d) for d in received] == [1, 1]  # one each: prefetch 1, nothing acked
         # The eight others are waiting in the queue for whichever acknowledges first.
