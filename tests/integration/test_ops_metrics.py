@@ -29,9 +29,15 @@ def fetch(url: str) -> tuple[int, str]:
 
 def wait_ready(url: str) -> None:
     """Until /readyz says ready (the topology cache loads in the background at start)."""
-    deadline = time.monotonic() + 30
-    while fetch(url)[0] != 200 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if fetch(url)[0] == 200:
+                return
+        except urllib.error.URLError:
+            pass  # not listening yet
         time.sleep(0.1)
+    raise AssertionError(f"{url} not ready within 60 s")
 
 
 def sample(text: str, name: str, labels: str = "") -> float:

@@ -46,7 +46,10 @@ class ProxyThread:
 
     def start(self) -> ProxyThread:
         self._thread.start()
-        self._ready.wait(30)
+        # Generous: on a loaded CI machine the start-up checks of the brokers (admin calls)
+        # and ZooKeeper's session can take tens of seconds.
+        if not self._ready.wait(120):
+            raise RuntimeError("proxy did not start within 120 s")
         if self._error is not None:
             raise RuntimeError("proxy failed to start") from self._error
         return self
