@@ -11,6 +11,7 @@ import trio
 from starlight_py.backend.pulsar_client import ConsumerHandle
 from starlight_py.core.channel import Channel
 from starlight_py.metadata.records import BindingSet
+from starlight_py.model.topology import Queue
 
 
 @dataclass(eq=False)
@@ -32,6 +33,10 @@ class ChannelSession:
     # The binding sets the last get of each queue read, by queue: the next get of the queue
     # asks Pulsar for their stats while ZooKeeper confirms them.
     get_sources: dict[str, list[BindingSet]] = field(default_factory=dict)
+    # The topology cache's record of each queue when a get of it last confirmed it in
+    # ZooKeeper, with the process's queue deletions then: while both are still what they
+    # were, the next get of the queue skips that read (gateway/getting.py).
+    get_records: dict[str, tuple[Queue, int]] = field(default_factory=dict)
     getter_closer: bool = False  # the task closing idle getters runs
     # Set once the broker has handled what each getter acknowledged so far, by
     # subscription: a get reads Pulsar's stats only then, or it would count what an earlier

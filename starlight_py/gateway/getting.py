@@ -13,10 +13,13 @@ for GETTER_IDLE, whatever the channel gets from meanwhile, unless it holds an un
 or a dead letter not yet acknowledged on its source.
 
 A get asks, at once, ZooKeeper for the queue and its binding sets, the proxies' unacked
-counts, and Pulsar for the stats of the subscriptions the channel's last get of the queue
-read; it then takes what a getter holds, or, while Pulsar's stats count messages nobody
-holds, waits for the broker to dispatch one. `get-empty` comes from the stats, not from a
-wait.
+counts, and Pulsar for the counts of the subscriptions the channel's last get of the queue
+read; it then takes what a getter holds, or, while Pulsar's counts show messages nobody
+holds, waits for the broker to dispatch one. `get-empty` comes from the counts, not from a
+wait. A poller's repeated gets of one queue skip most of the ZooKeeper reads: the queue's
+record and binding sets come from the topology cache while it shows what the last get
+confirmed, and the other proxies' unacked counts are re-read every OTHERS_HELD_AGE. Pulsar's
+counts come from the brokers' plugin in one request when they have it.
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ DEAD_LETTER_SETTLE_WAIT = 10.0  # a closing channel waits this long for its dead
 TRIM_CHANNEL = 0  # dead letters of drop-head trims are settled as the connection's own
 EXPIRE_READ_AHEAD = 50  # messages the expiry reaper's reader may hold at once
 MAX_GET_SOURCES = 64  # queues whose binding sets a channel remembers for its next gets
+# A get counts the deliveries other proxies hold unacknowledged (which they write to
+# ZooKeeper every 0.25 s) as read by a get of the queue up to this long ago.
+OTHERS_HELD_AGE = 0.2
 
 
 def rank(binding_set: BindingSet) -> int:
@@ -103,16 +109,9 @@ class Getters:
         # the sum of four ZooKeeper and Pulsar round trips.
         last_sets = session.get_sources.get(queue)
         found = await concurrently(
-            partial(
-                trio.to_thread.run_sync,
-                topology.usable_queue,
-                vhost,
-                queue,
-                consumers.ctx.owner,
-                (60, 70),
-            ),
+            partial(self._usable_record, session, queue),
             partial(self._binding_sets, queue, last_sets),
-            partial(trio.to_thread.run_sync, topology.held_messages, vhost, queue),
+            partial(self._held, queue),
             partial(self._stats, session, last_sets or []),
         )
         record: Queue = found[0]
@@ -132,6 +131,7 @@ class Getters:
             stats = await self._stats(session, sets)
         if len(session.get_sources) >= MAX_GET_SOURCES and queue not in session.get_sources:
             session.get_sources.clear()  # a channel getting from ever new queues (replies)
+            session.get_records.clear()
         session.get_sources[queue] = sets
         ready: dict[str, int] = {}
         delayed: set[str] = set()
@@ -213,6 +213,40 @@ class Getters:
                     wait = HELD_WAIT
         session.core.get_empty()
 
+    async def _held(self, queue: str) -> int:
+        """The queue's deliveries unacknowledged on every proxy, the others' as read up to
+        OTHERS_HELD_AGE ago (then without leaving the trio thread)."""
+        topology = self.consumers.topology
+        vhost = self.consumers.ctx.vhost
+        recent = topology.recent_held_messages(vhost, queue, OTHERS_HELD_AGE)
+        if recent is not None:
+            return recent
+        held: int = await trio.to_thread.run_sync(
+            topology.held_messages, vhost, queue, OTHERS_HELD_AGE
+        )
+        return held
+
+    async def _usable_record(self, session: ChannelSession, queue: str) -> Queue:
+        """The queue (NotFound, ResourceLocked) as ZooKeeper has it, or, while the topology
+        cache shows the record the channel's last get of it confirmed there and this
+        process deleted no queue since, as the cache has it: a poller's gets skip a
+        ZooKeeper read. A delete on another proxy reaches a get when it reaches the cache
+        (milliseconds), as a binding does (`_binding_sets`)."""
+        consumers = self.consumers
+        vhost = consumers.ctx.vhost
+        topology = consumers.topology
+        cached = consumers.cache.queue(vhost, queue)
+        deletions = topology.queue_deletions
+        if cached is not None and session.get_records.get(queue) == (cached, deletions):
+            topology.check_usable(vhost, cached, consumers.ctx.owner, (60, 70))
+            return cached
+        record: Queue = await trio.to_thread.run_sync(
+            topology.usable_queue, vhost, queue, consumers.ctx.owner, (60, 70)
+        )
+        if cached is not None:
+            session.get_records[queue] = (cached, deletions)
+        return record
+
     async def _binding_sets(
         self, queue: str, last_sets: list[BindingSet] | None
     ) -> list[BindingSet]:
@@ -239,7 +273,7 @@ class Getters:
             acked = session.getter_acks.get(binding_set.subscription)
             if acked is not None:
                 await acked.wait()
-        return await self.consumers.sources.subscription_stats(sets)
+        return await self.consumers.sources.subscription_stats(sets, counts_only=True)
 
     def _sync_acks(self, session: ChannelSession, handle: ConsumerHandle) -> None:
         """The getter acknowledged something: the channel's next stats of its subscription
@@ -260,7 +294,7 @@ class Getters:
     async def _undispatched(self, binding_set: BindingSet) -> bool:
         """Whether Pulsar's stats still count messages of the subscription that no consumer
         (nor getter) holds."""
-        fresh = await self.consumers.sources.subscription_stats([binding_set])
+        fresh = await self.consumers.sources.subscription_stats([binding_set], counts_only=True)
         found = fresh.get(binding_set.subscription)
         return found is not None and found.ready > 0
 

@@ -146,6 +146,11 @@ class TopologyService:
         self.backend = backend  # for purging subscriptions that have unacked messages
         self.ephemerals = ephemerals or EphemeralNodes(zookeeper, "unnamed")
         self._touched: dict[tuple[str, str], float] = {}
+        # The other proxies' unacknowledged deliveries per queue, when read (held_messages).
+        # Queue deletions this process started: what a get confirmed in ZooKeeper before one
+        # is confirmed there again (gateway/getting.py).
+        self.queue_deletions = 0
+        self._others_held: dict[tuple[str, str], tuple[float, int]] = {}
         # This process's own unacked deliveries of a queue (gateway/held_messages.py),
         # exact where ZooKeeper's copy may lag: set by the proxy, none in the admin tool.
         self.local_held: Callable[[str, str], int] | None = None
@@ -548,11 +553,34 @@ class TopologyService:
         """The queue's AMQP consumers on every proxy (their ZooKeeper registrations)."""
         return len(self.zk.children(self.paths.queue_consumers(vhost, name)))
 
-    def held_messages(self, vhost: str, name: str) -> int:
+    def held_messages(self, vhost: str, name: str, others_max_age: float = 0.0) -> int:
         """AMQP deliveries of the queue not yet acknowledged, on every proxy: this
-        process's own exactly, the others' as they wrote them (at most FLUSH_INTERVAL old)."""
+        process's own exactly, the others' as they wrote them (at most FLUSH_INTERVAL old).
+        `others_max_age`: the others' sum as read from ZooKeeper up to this many seconds
+        ago (a poller's gets then read it a few times a second, not on every get)."""
+        if others_max_age > 0:
+            recent = self.recent_held_messages(vhost, name, others_max_age)
+            if recent is not None:
+                return recent
+        own_total = self.local_held(vhost, name) if self.local_held is not None else 0
+        key = (vhost, name)
+        others = self._held_by_others(vhost, name)
+        if len(self._others_held) >= 10_000:
+            self._others_held.clear()
+        self._others_held[key] = (time.monotonic(), others)
+        return own_total + others
+
+    def recent_held_messages(self, vhost: str, name: str, others_max_age: float) -> int | None:
+        """`held_messages` when the others' sum was read at most `others_max_age` seconds
+        ago (no ZooKeeper read: callable on the trio thread), else None."""
+        read = self._others_held.get((vhost, name))
+        if read is None or time.monotonic() - read[0] > others_max_age:
+            return None
+        return (self.local_held(vhost, name) if self.local_held is not None else 0) + read[1]
+
+    def _held_by_others(self, vhost: str, name: str) -> int:
         own = segment(self.ephemerals.owner_id) if self.local_held is not None else None
-        total = self.local_held(vhost, name) if self.local_held is not None else 0
+        total = 0
         base = self.paths.held(vhost, name)
         for child in self.zk.children(base):
             if child == own:
@@ -655,6 +683,8 @@ class TopologyService:
         still_abandoned: Callable[[Queue], bool] | None,
         reason: str = "",
     ) -> int | None:
+        self.queue_deletions += 1  # before the delete: a get that reads it after looks again
+
         def attempt() -> int | None:
             found = self.get_queue(vhost, name)
             if found is None:

@@ -261,3 +261,40 @@ def test_a_poller_and_a_consumer_on_another_proxy_share_the_queue(
         connection.close()
     assert sorted(ours + consumed) == list(range(MESSAGES))
     assert max(ours) == MESSAGES - 1  # the poller got the tail once the consumer left
+
+
+@pytest.mark.parametrize("where", ["same-connection", "other-proxy"])
+def test_a_poller_hears_that_its_queue_was_deleted(
+    broker: Broker, other_url: str, created: Created, where: str
+) -> None:
+    """A poller's repeated gets of one queue skip ZooKeeper's reads while the topology
+    cache shows the queue unchanged; a delete still ends the polling with 404 NOT_FOUND:
+    at once after a delete through this proxy, once the cache hears of it (milliseconds)
+    after a delete through another."""
+    queue = created.queue()
+    connection, channel = open_channel(broker.url())
+    try:
+        channel.queue_declare(queue)
+        for _ in range(5):
+            assert channel.basic_get(queue, auto_ack=True)[0] is None
+        if where == "same-connection":
+            connection.channel().queue_delete(queue)
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+                channel.basic_get(queue, auto_ack=True)
+            assert closed.value.reply_code == 404
+            return
+        deleting_connection, deleting = open_channel(other_url)
+        deleting.queue_delete(queue)
+        deleting_connection.close()
+        deadline = time.monotonic() + ARRIVAL
+        while True:
+            try:
+                channel.basic_get(queue, auto_ack=True)
+            except pika.exceptions.ChannelClosedByBroker as e:
+                assert e.reply_code == 404
+                return
+            assert time.monotonic() < deadline, "gets of a deleted queue went on"
+            channel.connection.sleep(FAST_POLL)
+    finally:
+        if connection.is_open:
+            connection.close()

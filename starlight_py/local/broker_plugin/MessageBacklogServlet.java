@@ -16,7 +16,8 @@
  * entry; recent ones come from the broker's cache) instead of the whole backlog.
  *
  * GET <base>/backlog?topic=persistent://tenant/namespace/topic answers
- *   200 {"subscriptions":{"name":messages,...}}
+ *   200 {"subscriptions":{"name":messages,...},
+ *        "details":{"name":{"unacked":messages,"delayed":messages},...}}
  *   404 when the topic does not exist, 307 to the owner when another broker owns it,
  *   409 when an entry of the backlog has no index (written before the interceptor was on).
  *
@@ -51,6 +52,7 @@ import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.impl.ManagedCursorImpl;
 import org.apache.bookkeeper.mledger.impl.ManagedLedgerImpl;
 import org.apache.pulsar.broker.PulsarService;
+import org.apache.pulsar.broker.intercept.ManagedLedgerInterceptorImpl;
 import org.apache.pulsar.broker.namespace.LookupOptions;
 import org.apache.pulsar.broker.service.Topic;
 import org.apache.pulsar.broker.service.persistent.PersistentSubscription;
@@ -67,6 +69,10 @@ public class MessageBacklogServlet extends HttpServlet {
     // across requests, so that counting a backlog again reads only the entries new to it.
     private static final int CACHE_LIMIT = 200_000;
     private static final Map<String, Indexed> CACHE = new ConcurrentHashMap<>();
+    // Where each entry ends in the topic's message sequence (its last message's index + 1),
+    // also learnt without reading the entry (lastThrough): a count whose mark-delete
+    // position is known here reads no first entry.
+    private static final Map<String, Long> THROUGH = new ConcurrentHashMap<>();
 
     private final transient PulsarService pulsar;
     private final transient Field batchDeletedIndexes;
@@ -164,6 +170,17 @@ public class MessageBacklogServlet extends HttpServlet {
                 quote(body, count.getKey());
                 body.append(':').append(count.getValue());
             }
+            body.append("},\"details\":{");
+            first = true;
+            for (Map.Entry<String, PersistentSubscription> subscription
+                    : topic.getSubscriptions().entrySet()) {
+                if (!first) {
+                    body.append(',');
+                }
+                first = false;
+                quote(body, subscription.getKey());
+                details(body, subscription.getValue());
+            }
             body.append("}}");
             send(response, 200, body.toString());
         } catch (NoIndex e) {
@@ -175,6 +192,20 @@ public class MessageBacklogServlet extends HttpServlet {
             quote(body, String.valueOf(e));
             send(response, 500, body.append('}').toString());
         }
+    }
+
+    /** What a basic.get needs besides the backlog, as the topic's stats give it: the
+     *  messages dispatched and unacknowledged (the consumers' sum) and the delayed ones the
+     *  dispatcher tracks. One request then answers a get (the stats endpoint costs more). */
+    private static void details(StringBuilder body, PersistentSubscription subscription) {
+        long unacked = 0;
+        for (org.apache.pulsar.broker.service.Consumer consumer : subscription.getConsumers()) {
+            unacked += consumer.getUnackedMessages();
+        }
+        org.apache.pulsar.broker.service.Dispatcher dispatcher = subscription.getDispatcher();
+        long delayed = dispatcher == null ? 0 : dispatcher.getNumberOfDelayedMessages();
+        body.append(":{\"unacked\":").append(unacked)
+                .append(",\"delayed\":").append(delayed).append('}');
     }
 
     /** The cursor's backlog in messages; retried while acknowledgements move it meanwhile. */
@@ -198,7 +229,8 @@ public class MessageBacklogServlet extends HttpServlet {
     private long count(ManagedLedgerImpl ledger, Position markDelete,
             List<com.google.common.collect.Range<Position>> ranges,
             Map<Position, Integer> partial, Reads read) throws Exception {
-        Position last = ledger.getLastConfirmedEntry();
+        Position confirmed = ledger.getLastConfirmedEntry();
+        Position last = confirmed;
         if (last != null && last.getEntryId() < 0) {
             // A ledger just opened (after a roll-over or a reload) and still empty: the
             // last entry is the previous ledger's.
@@ -209,8 +241,20 @@ public class MessageBacklogServlet extends HttpServlet {
                 || first.compareTo(last) > 0) {
             return 0;
         }
-        prefetch(ledger, markDelete, first, last, ranges, partial, read);
-        long messages = indexed(ledger, last, read).through - indexed(ledger, first, read).before();
+        // The newest entry's index without reading it (a read of an entry just written
+        // costs a few ms: basic.get counts after every publish), and the first entry's
+        // start from the mark-delete entry's end when an earlier count learnt it.
+        Long known = THROUGH.get(ledger.getName() + "|" + last);
+        long lastThrough = known != null ? known
+                : last.equals(confirmed) ? lastThrough(ledger, last) : -1;
+        Long markThrough = THROUGH.get(ledger.getName() + "|" + markDelete);
+        prefetch(ledger, markDelete, first, last, markThrough == null, lastThrough < 0,
+                ranges, partial, read);
+        if (lastThrough < 0) {
+            lastThrough = indexed(ledger, last, read).through;
+        }
+        long messages = lastThrough
+                - (markThrough != null ? markThrough : indexed(ledger, first, read).before());
         for (com.google.common.collect.Range<Position> range : ranges) {
             // (lower, upper]: entries acknowledged out of order, all after the mark-delete
             // position unless the cursor moved while this was read.
@@ -240,6 +284,38 @@ public class MessageBacklogServlet extends HttpServlet {
             messages -= Math.max(0, total - entry.getValue());
         }
         return Math.max(0, messages);
+    }
+
+    /** The newest confirmed entry's end in the topic's message sequence from the index
+     *  interceptor's counter; -1 when it cannot tell. Read on the managed ledger's own
+     *  executor, which runs every add (the counter moves as an add starts) and every add's
+     *  completion (the last confirmed entry moves as it ends) as whole tasks: with no add
+     *  pending there, the counter is exactly the last confirmed entry's. */
+    private static long lastThrough(ManagedLedgerImpl ledger, Position last) throws Exception {
+        if (!(ledger.getManagedLedgerInterceptor() instanceof ManagedLedgerInterceptorImpl)) {
+            return -1;
+        }
+        ManagedLedgerInterceptorImpl interceptor =
+                (ManagedLedgerInterceptorImpl) ledger.getManagedLedgerInterceptor();
+        long through = CompletableFuture.supplyAsync(() -> {
+            if (ledger.getPendingAddEntriesCount() != 0
+                    || !last.equals(ledger.getLastConfirmedEntry())) {
+                return -1L;
+            }
+            long index = interceptor.getIndex();
+            return index < 0 ? -1L : index + 1;
+        }, ledger.getExecutor()).get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+        if (through > 0) {
+            remember(ledger.getName() + "|" + last, through);
+        }
+        return through;
+    }
+
+    private static void remember(String key, long through) {
+        if (THROUGH.size() >= CACHE_LIMIT) {
+            THROUGH.clear();
+        }
+        THROUGH.put(key, through);
     }
 
     private static boolean deleted(List<com.google.common.collect.Range<Position>> ranges,
@@ -275,11 +351,16 @@ public class MessageBacklogServlet extends HttpServlet {
 
     /** Starts reading, all at once, every entry `count` will look at. */
     private void prefetch(ManagedLedgerImpl ledger, Position markDelete, Position first,
-            Position last, List<com.google.common.collect.Range<Position>> ranges,
+            Position last, boolean readFirst, boolean readLast,
+            List<com.google.common.collect.Range<Position>> ranges,
             Map<Position, Integer> partial, Reads read) {
         List<Position> wanted = new ArrayList<>();
-        wanted.add(first);
-        wanted.add(last);
+        if (readFirst) {
+            wanted.add(first);
+        }
+        if (readLast) {
+            wanted.add(last);
+        }
         for (com.google.common.collect.Range<Position> range : ranges) {
             Position upper = range.upperEndpoint();
             if (upper.compareTo(first) >= 0 && upper.compareTo(last) <= 0) {
@@ -327,6 +408,7 @@ public class MessageBacklogServlet extends HttpServlet {
                 CACHE.clear();
             }
             CACHE.put(key, found);
+            remember(key, found.through);
             return found;
         } catch (java.util.concurrent.ExecutionException e) {
             if (e.getCause() instanceof NoIndex) {
