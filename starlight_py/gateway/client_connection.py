@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import trio
 from pamqp import commands
@@ -44,6 +44,7 @@ from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminErr
 from starlight_py.core.channel import MAX_OUTPUT_BACKLOG, Channel, Tally, TransactionBudget
 from starlight_py.gateway.authorization import AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.connection_services import ConnectionServices
 from starlight_py.gateway.consuming import Consumers
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.errors import as_amqp_error
@@ -55,9 +56,6 @@ from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model.addresses import host_port
 from starlight_py.structured_logging import current_connection
 from starlight_py.units import SECONDS
-
-if TYPE_CHECKING:
-    from starlight_py.gateway.server import ProxyServices
 
 # s: the longest an open connection's timer task sleeps; it is woken sooner when a deadline
 # it keeps comes (the connection starts closing, a credential with an expiry)
@@ -84,7 +82,7 @@ class ClientConnection:
     def __init__(
         self,
         stream: trio.abc.Stream,
-        services: ProxyServices,
+        services: ConnectionServices,
         peer: str,
         *,
         tls: bool = False,

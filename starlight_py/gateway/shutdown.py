@@ -35,7 +35,7 @@ from starlight_py.units import MILLISECONDS, SECONDS
 
 if TYPE_CHECKING:
     from starlight_py.gateway.client_connection import ClientConnection
-    from starlight_py.gateway.server import ProxyServices
+    from starlight_py.gateway.proxy_services import ProxyServices
 
 log = logging.getLogger("starlight.shutdown")
 

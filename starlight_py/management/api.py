@@ -35,7 +35,7 @@ from starlight_py.management.shapes import json_body
 from starlight_py.model.addresses import host_port
 
 if TYPE_CHECKING:
-    from starlight_py.gateway.server import ProxyServices
+    from starlight_py.gateway.proxy_services import ProxyServices
 
 log = logging.getLogger("starlight.management")
 

@@ -22,7 +22,7 @@ from starlight_py.management.api import ApiContext, Endpoint, ManagementApi
 from starlight_py.management.routing import Router
 
 if TYPE_CHECKING:
-    from starlight_py.gateway.server import ProxyServices
+    from starlight_py.gateway.proxy_services import ProxyServices
 
 
 def build_router() -> Router[Endpoint]:
