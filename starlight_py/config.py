@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -609,7 +609,49 @@ _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
 
 
+# Settings checked alone: (field, whether a value is acceptable, what it must be).
+_SINGLE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    # 4096 is the AMQP 0-9-1 minimum frame size every peer must accept.
+    ("frame_max", lambda v: 4096 <= v <= 64 * MIB, "must be between 4096 and 67108864"),
+    ("channel_max", lambda v: 1 <= v <= 65535, "must be between 1 and 65535"),
+    ("heartbeat", lambda v: 0 <= v <= 65535, "must be between 0 and 65535 seconds"),
+    ("consumer_ack_grouping_ms", lambda v: v >= 0, "must be 0 (no grouping) or positive"),
+    ("producer_send_timeout_ms", lambda v: v >= 0, "must be 0 (no limit) or positive"),
+    ("producer_max_pending", lambda v: v >= 1, "must be positive"),
+    ("max_message_size", lambda v: v >= 1, "must be positive"),
+    ("handshake_timeout", lambda v: v > 0, "must be positive"),
+    ("producer_batch_max_messages", lambda v: v >= 1, "must be positive"),
+    ("producer_idle_timeout", lambda v: v > 0, "must be positive"),
+    ("max_connections", lambda v: v >= 0, "must not be negative (0: no limit)"),
+    ("max_connections_per_ip", lambda v: v >= 0, "must not be negative (0: no limit)"),
+    ("zookeeper_session_timeout", lambda v: v >= 2 * SECONDS, "must be at least 2000"),
+    ("queue_metrics_interval", lambda v: v >= 0, "must not be negative"),
+    ("cleaner_interval", lambda v: v > 0, "must be positive"),
+    ("cleaner_grace", lambda v: v >= 0, "must not be negative"),
+    ("cleaner_max_actions", lambda v: v >= 1, "must be positive"),
+    ("log_level", lambda v: v in _LOG_LEVELS, f"must be one of {', '.join(_LOG_LEVELS)}"),
+    ("log_format", lambda v: v in LOG_FORMATS, f"must be one of {', '.join(LOG_FORMATS)}"),
+    ("shutdown_drain", lambda v: v >= 0, "must not be negative"),
+)
+
+
 def _validate(cfg: StarlightConfig) -> None:
+    _validate_addresses(cfg)
+    _validate_broker_client(cfg)
+    for name, acceptable, requirement in _SINGLE_CHECKS:
+        if not acceptable(getattr(cfg, name)):
+            raise ConfigError(_FIELDS_BY_NAME[name].metadata["key"], requirement)
+    _check_http_listener("metricsListener", cfg.metrics_listener)
+    _check_http_listener("managementListener", cfg.management_listener)
+    _validate_security(cfg)
+    for name in ("default_tenant", "default_namespace"):
+        value = getattr(cfg, name)
+        if not re.fullmatch(r"[A-Za-z0-9_.=:-]+", value):
+            raise ConfigError(_FIELDS_BY_NAME[name].metadata["key"], f"invalid name {value!r}")
+
+
+def _validate_addresses(cfg: StarlightConfig) -> None:
+    """Where the proxy listens and what it connects to."""
     if not cfg.listeners:
         raise ConfigError("amqpListeners", "at least one listener is required")
     if not cfg.metadata_root.startswith("/") or cfg.metadata_root.endswith("/"):
@@ -620,69 +662,19 @@ def _validate(cfg: StarlightConfig) -> None:
         raise ConfigError("brokerServiceURL", "must start with pulsar:// or pulsar+ssl://")
     if urlsplit(cfg.pulsar_web_url).scheme not in ("http", "https"):
         raise ConfigError("brokerWebServiceURL", "must start with http:// or https://")
-    _validate_broker_client(cfg)
-    # 4096 is the AMQP 0-9-1 minimum frame size every peer must accept.
-    if not 4096 <= cfg.frame_max <= 64 * MIB:
-        raise ConfigError("amqpMaxFrameSize", "must be between 4096 and 67108864")
-    if not 1 <= cfg.channel_max <= 65535:
-        raise ConfigError("amqpMaxNoOfChannels", "must be between 1 and 65535")
-    if not 0 <= cfg.heartbeat <= 65535:
-        raise ConfigError("amqpHeartbeatDelay", "must be between 0 and 65535 seconds")
-    if cfg.consumer_ack_grouping_ms < 0:
-        raise ConfigError("pulsarAckGroupingTimeMillis", "must be 0 (no grouping) or positive")
-    if cfg.producer_send_timeout_ms < 0:
-        raise ConfigError("pulsarSendTimeoutMillis", "must be 0 (no limit) or positive")
-    if cfg.producer_max_pending < 1:
-        raise ConfigError("pulsarProducerMaxPendingMessages", "must be positive")
-    if cfg.max_message_size < 1:
-        raise ConfigError("amqpMaxMessageSize", "must be positive")
-    if cfg.handshake_timeout <= 0:
-        raise ConfigError("amqpHandshakeTimeoutMillis", "must be positive")
-    if cfg.producer_batch_max_messages < 1:
-        raise ConfigError("pulsarProducerBatchMaxMessages", "must be positive")
-    if cfg.producer_idle_timeout <= 0:
-        raise ConfigError("pulsarProducerIdleTimeoutMillis", "must be positive")
-    if cfg.max_connections < 0:
-        raise ConfigError("amqpMaxConnections", "must not be negative (0: no limit)")
-    if cfg.max_connections_per_ip < 0:
-        raise ConfigError("amqpMaxConnectionsPerIp", "must not be negative (0: no limit)")
-    if cfg.zookeeper_session_timeout < 2 * SECONDS:
-        raise ConfigError("zooKeeperSessionTimeoutMillis", "must be at least 2000")
-    if cfg.queue_metrics_interval < 0:
-        raise ConfigError("queueMetricsIntervalMillis", "must not be negative")
-    if cfg.cleaner_interval <= 0:
-        raise ConfigError("subscriptionCleanerIntervalMillis", "must be positive")
-    if cfg.cleaner_grace < 0:
-        raise ConfigError("subscriptionCleanerGracePeriodMillis", "must not be negative")
-    if cfg.cleaner_max_actions < 1:
-        raise ConfigError("subscriptionCleanerMaxActionsPerPass", "must be positive")
-    if cfg.metrics_listener:
-        parts = urlsplit(cfg.metrics_listener)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        if parts.scheme != "http" or not parts.hostname or port is None:
-            raise ConfigError("metricsListener", "must be http://host:port (or empty: off)")
-    if cfg.management_listener:
-        parts = urlsplit(cfg.management_listener)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        if parts.scheme != "http" or not parts.hostname or port is None:
-            raise ConfigError("managementListener", "must be http://host:port (or empty: off)")
-    if cfg.log_level not in _LOG_LEVELS:
-        raise ConfigError("logLevel", f"must be one of {', '.join(_LOG_LEVELS)}")
-    if cfg.log_format not in LOG_FORMATS:
-        raise ConfigError("logFormat", f"must be one of {', '.join(LOG_FORMATS)}")
-    if cfg.shutdown_drain < 0:
-        raise ConfigError("shutdownDrainMillis", "must not be negative")
-    _validate_security(cfg)
-    for name in ("default_tenant", "default_namespace"):
-        value = getattr(cfg, name)
-        if not re.fullmatch(r"[A-Za-z0-9_.=:-]+", value):
-            raise ConfigError(_FIELDS_BY_NAME[name].metadata["key"], f"invalid name {value!r}")
+
+
+def _check_http_listener(key: str, url: str) -> None:
+    """An HTTP endpoint's listener: http://host:port, or empty (off)."""
+    if not url:
+        return
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None:
+        raise ConfigError(key, "must be http://host:port (or empty: off)")
 
 
 AUTHENTICATION_PROVIDERS = ("password", "token", "tls")
@@ -730,6 +722,31 @@ def _validate_broker_client(cfg: StarlightConfig) -> None:
         raise ConfigError(e.key, str(e)) from e
 
 
+# Security settings checked alone, as _SINGLE_CHECKS.
+_SECURITY_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    (
+        "token_public_alg",
+        lambda v: v in TOKEN_PUBLIC_ALGORITHMS,
+        f"must be one of {', '.join(TOKEN_PUBLIC_ALGORITHMS)}",
+    ),
+    ("token_auth_claim", lambda v: bool(v.strip()), "must not be empty"),
+    ("token_audience_claim", lambda v: bool(v.strip()), "must not be empty"),
+    ("token_clock_skew", lambda v: v >= 0, "must not be negative"),
+    (
+        "tls_protocols",
+        lambda v: bool(v) and all(p in TLS_PROTOCOLS for p in v),
+        f"must list some of {', '.join(TLS_PROTOCOLS)}",
+    ),
+    ("tls_handshake_timeout", lambda v: v > 0, "must be positive"),
+    ("tls_cert_refresh_interval", lambda v: v >= 0, "must not be negative"),
+    (
+        "tls_external_principal_from",
+        lambda v: v in EXTERNAL_PRINCIPAL_SOURCES,
+        f"must be one of {', '.join(EXTERNAL_PRINCIPAL_SOURCES)}",
+    ),
+)
+
+
 def _validate_security(cfg: StarlightConfig) -> None:
     """TLS and authentication keys, alone and together (a listener that cannot work, or a
     provider without its key, fails at start rather than at the first client)."""
@@ -746,24 +763,9 @@ def _validate_security(cfg: StarlightConfig) -> None:
             raise ConfigError(
                 _FIELDS_BY_NAME[key_name].metadata["key"], "must start with data: or file:"
             )
-    if cfg.token_public_alg not in TOKEN_PUBLIC_ALGORITHMS:
-        raise ConfigError("tokenPublicAlg", f"must be one of {', '.join(TOKEN_PUBLIC_ALGORITHMS)}")
-    if not cfg.token_auth_claim.strip():
-        raise ConfigError("tokenAuthClaim", "must not be empty")
-    if not cfg.token_audience_claim.strip():
-        raise ConfigError("tokenAudienceClaim", "must not be empty")
-    if cfg.token_clock_skew < 0:
-        raise ConfigError("tokenAllowedClockSkewSeconds", "must not be negative")
-    if not cfg.tls_protocols or any(p not in TLS_PROTOCOLS for p in cfg.tls_protocols):
-        raise ConfigError("tlsProtocols", f"must list some of {', '.join(TLS_PROTOCOLS)}")
-    if cfg.tls_handshake_timeout <= 0:
-        raise ConfigError("tlsHandshakeTimeoutMillis", "must be positive")
-    if cfg.tls_cert_refresh_interval < 0:
-        raise ConfigError("tlsCertRefreshCheckDurationSec", "must not be negative")
-    if cfg.tls_external_principal_from not in EXTERNAL_PRINCIPAL_SOURCES:
-        raise ConfigError(
-            "tlsExternalPrincipalFrom", f"must be one of {', '.join(EXTERNAL_PRINCIPAL_SOURCES)}"
-        )
+    for name, acceptable, requirement in _SECURITY_CHECKS:
+        if not acceptable(getattr(cfg, name)):
+            raise ConfigError(_FIELDS_BY_NAME[name].metadata["key"], requirement)
     tls_listeners = [listener for listener in cfg.listeners if listener.scheme == "amqps"]
     if tls_listeners:
         for key_name in ("tls_certificate_file", "tls_key_file"):
@@ -776,8 +778,12 @@ def _validate_security(cfg: StarlightConfig) -> None:
         raise ConfigError(
             "tlsTrustCertsFilePath", "required by tlsRequireTrustedClientCertOnConnect=true"
         )
-    if not cfg.authentication_enabled:
-        return
+    if cfg.authentication_enabled:
+        _validate_providers(cfg, bool(tls_listeners))
+
+
+def _validate_providers(cfg: StarlightConfig, tls_listeners: bool) -> None:
+    """With authentication on: each provider has what it needs."""
     if not cfg.authentication_providers:
         raise ConfigError(
             "authenticationProviders",

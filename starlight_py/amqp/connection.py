@@ -233,7 +233,6 @@ class AMQPConnection:
     def _process(
         self, frames: list[tuple[Any, ...]], error: AMQPError | None, events: list[ev.Event]
     ) -> list[ev.Event]:
-        channels = self._channels
         joined = framing.FRAME_MESSAGE
         for index, frame in enumerate(frames):
             if self.state in _WAITING:
@@ -249,52 +248,51 @@ class AMQPConnection:
             frame_type, number, payload = frame
             # Decoding: what does not decode breaks the stream.
             try:
-                if frame_type == framing.FRAME_BODY:
-                    item: Any = payload
-                elif frame_type == framing.FRAME_METHOD:
-                    item = framing.decode_method(payload)
-                elif frame_type == framing.FRAME_HEADER:
-                    item = framing.decode_header(number, payload)
-                else:
-                    item = framing.decode_frame(frame_type, number, payload)
+                item = _decode_item(frame_type, number, payload)
             except AMQPError as e:
                 self._decoder.reset()
                 error = e
                 break
-            # Handling: the frames of open channels (nearly all of them) go straight to
-            # their handler; everything else through the state checks of _handle_frame.
             try:
-                channel = channels.get(number) if number else None
-                if (
-                    channel is not None
-                    and channel.state is ChannelState.OPEN
-                    and self.state is ConnectionState.OPEN
-                ):
-                    if frame_type == framing.FRAME_BODY:
-                        self._content_body(number, channel, item, events)
-                    elif frame_type == framing.FRAME_METHOD:
-                        self._channel_method(number, channel, item, events)
-                    elif frame_type == framing.FRAME_HEADER:
-                        self._content_header(number, channel, item, events)
-                    else:
-                        self._handle_frame(item, events)
-                else:
-                    self._handle_frame(_as_frame(frame_type, number, item), events)
+                self._dispatch(frame_type, number, item, events)
             except AMQPError as e:
                 events.append(ev.ErrorRaised(number, e))
                 self.fail(e, number)
             if self.state is ConnectionState.CLOSED:  # `closed`, without a call per frame
                 break
-        if error is not None and self.state is ConnectionState.CLIENT_CLOSING:
+        if error is not None:
+            self._input_unparsable(error, events)
+        return events
+
+    def _dispatch(self, frame_type: int, number: int, item: Any, events: list[ev.Event]) -> None:
+        """Handle a decoded frame: those of open channels (nearly all of them) go straight to
+        their handler; everything else through the state checks of _handle_frame."""
+        channel = self._channels.get(number) if number else None
+        if (
+            channel is None
+            or channel.state is not ChannelState.OPEN
+            or self.state is not ConnectionState.OPEN
+        ):
+            self._handle_frame(_as_frame(frame_type, number, item), events)
+        elif frame_type == framing.FRAME_BODY:
+            self._content_body(number, channel, item, events)
+        elif frame_type == framing.FRAME_METHOD:
+            self._channel_method(number, channel, item, events)
+        elif frame_type == framing.FRAME_HEADER:
+            self._content_header(number, channel, item, events)
+        else:
+            self._handle_frame(item, events)
+
+    def _input_unparsable(self, error: AMQPError, events: list[ev.Event]) -> None:
+        """The stream cannot be parsed past a frame that did not decode."""
+        if self.state is ConnectionState.CLIENT_CLOSING:
             self._input_broken = True  # the client said goodbye; what follows is noise
-        elif error is not None and not self.closed:
-            # The stream cannot be parsed past this point, so no close-ok can be read:
-            # send connection.close and hang up once it is flushed.
+        elif not self.closed:
+            # No close-ok can be read: send connection.close and hang up once it is flushed.
             events.append(ev.ErrorRaised(0, error))
             self.fail(error)
             self._input_broken = True
             self.state = ConnectionState.CLOSED
-        return events
 
     def _joined_publish(self, item: tuple[Any, ...], events: list[ev.Event]) -> bool:
         """The event of a publish `FrameDecoder.feed_joined` joined, when the frame-by-frame
@@ -693,6 +691,17 @@ class AMQPConnection:
     def _queue(self, data: bytes) -> None:
         self._out.append(data)
         self.pending_output += len(data)
+
+
+def _decode_item(frame_type: int, number: int, payload: Any) -> Any:
+    """A frame's payload decoded (a body stays as it is). Raises AMQPError."""
+    if frame_type == framing.FRAME_BODY:
+        return payload
+    if frame_type == framing.FRAME_METHOD:
+        return framing.decode_method(payload)
+    if frame_type == framing.FRAME_HEADER:
+        return framing.decode_header(number, payload)
+    return framing.decode_frame(frame_type, number, payload)
 
 
 def _as_frame(frame_type: int, channel: int, item: Any) -> framing.Frame:

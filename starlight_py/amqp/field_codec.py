@@ -139,64 +139,69 @@ def _decode_container(data: bytes, offset: int, root: Any) -> tuple[Any, int]:
             continue
         key = None
         if type(container) is dict:
-            key_length = data[pos]
-            pos += 1
-            if pos + key_length > end:
-                raise FieldDecodeError("a field table key runs past the end of its table")
-            try:
-                key = data[pos : pos + key_length].decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise FieldDecodeError("a field table key is not UTF-8") from e
-            pos += key_length
-            if pos >= end:
-                raise FieldDecodeError("a field table key has no value")
+            key, pos = _table_key(data, pos, end)
         kind = data[pos]
         pos += 1
-        fixed = _FIXED.get(kind)
-        value: Any
-        if fixed is not None:
-            layout, make = fixed
-            if pos + layout.size > end:
-                raise FieldDecodeError("a field value runs past the end of its table")
-            (value,) = layout.unpack_from(data, pos)
-            pos += layout.size
-            if make is not None:
-                value = make(value)
-        elif kind in (_TABLE, _ARRAY):
+        if kind in (_TABLE, _ARRAY):
             inner_end = _container_end(data, pos, end)
             if len(stack) >= MAX_FIELD_NESTING:
                 raise FieldDecodeError(
                     f"field tables and arrays nested deeper than {MAX_FIELD_NESTING} levels"
                 )
-            value = {} if kind == _TABLE else []
-            _put(container, key, value)
-            stack.append((value, inner_end))
+            inner: Any = {} if kind == _TABLE else []
+            _put(container, key, inner)
+            stack.append((inner, inner_end))
             pos += 4
             continue
-        elif kind in (_LONG_STRING, _BYTES):
-            start = pos + 4
-            stop = _container_end(data, pos, end)
-            raw = data[start:stop]
-            if kind == _BYTES:
-                value = bytearray(raw)
-            else:
-                try:
-                    value = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    value = bytes(raw)
-            pos = stop
-        elif kind == _DECIMAL_TYPE:
-            if pos + 5 > end:
-                raise FieldDecodeError("a decimal runs past the end of its table")
-            places, digits = _DECIMAL.unpack_from(data, pos)
-            value = Decimal(digits) * (Decimal(10) ** -places)
-            pos += 5
-        elif kind in _VOID:
-            value = None
-        else:
-            raise FieldDecodeError(f"unknown field value type {bytes([kind])!r}")
+        value, pos = _scalar(kind, data, pos, end)
         _put(container, key, value)
     return root, root_end
+
+
+def _table_key(data: bytes, pos: int, end: int) -> tuple[str, int]:
+    """A field table's key at `pos` (a short string) and where its value starts."""
+    key_length = data[pos]
+    pos += 1
+    if pos + key_length > end:
+        raise FieldDecodeError("a field table key runs past the end of its table")
+    try:
+        key = data[pos : pos + key_length].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FieldDecodeError("a field table key is not UTF-8") from e
+    pos += key_length
+    if pos >= end:
+        raise FieldDecodeError("a field table key has no value")
+    return key, pos
+
+
+def _scalar(kind: int, data: bytes, pos: int, end: int) -> tuple[Any, int]:
+    """A value that is neither a table nor an array, of type `kind`, at `pos` (its
+    container ends at `end`), and the offset after it."""
+    fixed = _FIXED.get(kind)
+    value: Any
+    if fixed is not None:
+        layout, make = fixed
+        if pos + layout.size > end:
+            raise FieldDecodeError("a field value runs past the end of its table")
+        (value,) = layout.unpack_from(data, pos)
+        return (value if make is None else make(value)), pos + layout.size
+    if kind in (_LONG_STRING, _BYTES):
+        stop = _container_end(data, pos, end)
+        raw = data[pos + 4 : stop]
+        if kind == _BYTES:
+            return bytearray(raw), stop
+        try:
+            return raw.decode("utf-8"), stop
+        except UnicodeDecodeError:
+            return bytes(raw), stop
+    if kind == _DECIMAL_TYPE:
+        if pos + 5 > end:
+            raise FieldDecodeError("a decimal runs past the end of its table")
+        places, digits = _DECIMAL.unpack_from(data, pos)
+        return Decimal(digits) * (Decimal(10) ** -places), pos + 5
+    if kind in _VOID:
+        return None, pos
+    raise FieldDecodeError(f"unknown field value type {bytes([kind])!r}")
 
 
 def _container_end(data: bytes, pos: int, limit: int) -> int:

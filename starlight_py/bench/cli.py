@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -128,98 +128,47 @@ def _java_tools() -> tuple[list[str], Path]:
         raise BenchError(str(e)) from e
 
 
-def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
-    targets: list[str] = ["proxy"] if args.soak else list(args.targets)
-    notes: list[str] = []
-    # Fetched before any server starts: a fetch that fails should not cost their start-up.
-    java_tools = _java_tools() if args.clients == "java" and not args.soak else None
+@dataclass
+class _Servers:
+    """What `_run` started (or reached) for the targets still in the run."""
 
+    targets: list[str]
+    notes: list[str] = field(default_factory=list)
     rabbit_url: str | None = None
     rabbit_server: GroupProcess | None = None
     rabbit_version: str | None = None
-    if "rabbitmq" in targets:
-        if args.rabbitmq_url:
-            rabbit_url = args.rabbitmq_url
-        else:
-            try:
-                rabbit_server, rabbit_url = start_rabbitmq(stack, work_dir)
-            except BenchError as e:
-                note = f"RabbitMQ skipped: {e}"
-                say(note)
-                notes.append(note)
-                targets.remove("rabbitmq")
-
     endpoints: PulsarEndpoints | None = None
-    if "proxy" in targets or "pulsar" in targets:
-        endpoints = start_pulsar(
-            stack, work_dir, cluster=args.cluster, pulsar_settings=pulsar_settings(args.pulsar_set)
-        )
-
-    if "rabbitmq" in targets and rabbit_url is not None:
-        try:
-            if rabbit_server is not None:
-                rabbit_version = wait_rabbitmq(rabbit_server, rabbit_url)
-            else:
-                rabbit_version = amqp_handshake(rabbit_url)
-            say(f"RabbitMQ ready: {rabbit_version} at {rabbit_url}")
-        except Exception as e:
-            note = f"RabbitMQ skipped: cannot start or reach it: {e}"
-            say(note)
-            notes.append(note)
-            targets.remove("rabbitmq")
-            if rabbit_server is not None:
-                rabbit_server.stop()
-
     proxy: GroupProcess | None = None
-    proxy_url = ""
-    proxy_pids: dict[str, int] = {}
+    proxy_url: str = ""
+    proxy_pids: dict[str, int] = field(default_factory=dict)
     sampler: RssSampler | None = None
     cprofile_out: Path | None = None
-    if "proxy" in targets:
-        assert endpoints is not None
-        if args.profile == "cprofile":
-            args.profile_out.mkdir(parents=True, exist_ok=True)
-            cprofile_out = args.profile_out.resolve() / "proxy.cprofile"
-        proxy, proxy_url = start_proxy(
-            stack,
-            work_dir,
-            endpoints,
-            args.proxy_set,
-            cprofile_out=cprofile_out,
-            workers=args.proxy_workers,
-            code=args.proxy_code,
-        )
-        proxy_pids = {"proxy": proxy.pid}
-        if args.proxy_workers > 1:
-            workers = worker_pids(proxy.pid, args.proxy_workers)
-            proxy_pids = {f"proxy{i}": pid for i, pid in enumerate(workers)}
-        say(f"proxy ready at {proxy_url} (pids {sorted(proxy_pids.values())})")
-        sampler = RssSampler(min(proxy_pids.values())).start()
-        stack.callback(sampler.stop)
-        if args.profile == "py-spy":
-            start_py_spy(stack, args.profile_out, proxy.pid)
 
-    pulsar_processes = (
-        {"pulsar": endpoints.pulsar_pid} if endpoints and endpoints.pulsar_pid else {}
-    )
-    target_objects: dict[str, Target] = {}
-    if proxy is not None:
-        target_objects["proxy"] = Target(
-            "proxy", "amqp", proxy_url, {**proxy_pids, **pulsar_processes}, proxy.alive
+    def skip_rabbitmq(self, note: str) -> None:
+        say(note)
+        self.notes.append(note)
+        self.targets.remove("rabbitmq")
+
+
+def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
+    servers = _Servers(["proxy"] if args.soak else list(args.targets))
+    # Fetched before any server starts: a fetch that fails should not cost their start-up.
+    java_tools = _java_tools() if args.clients == "java" and not args.soak else None
+    _launch_rabbitmq(args, stack, work_dir, servers)
+    if "proxy" in servers.targets or "pulsar" in servers.targets:
+        servers.endpoints = start_pulsar(
+            stack, work_dir, cluster=args.cluster, pulsar_settings=pulsar_settings(args.pulsar_set)
         )
-    if "rabbitmq" in targets and rabbit_url is not None:
-        rabbit_processes = {"rabbitmq": rabbit_server.pid} if rabbit_server else {}
-        target_objects["rabbitmq"] = Target("rabbitmq", "amqp", rabbit_url, rabbit_processes)
-    if "pulsar" in targets and endpoints is not None:
-        target_objects["pulsar"] = Target(
-            "pulsar", "pulsar", endpoints.service_url, pulsar_processes
-        )
+    _await_rabbitmq(servers)
+    if "proxy" in servers.targets:
+        _start_proxy(args, stack, work_dir, servers)
+    target_objects = _target_objects(servers)
     if not target_objects:
         say("no target could be started: nothing to measure")
         return 1
-
+    endpoints = servers.endpoints
     machine = report.machine_info(
-        rabbit_version, PULSAR_VERSION if endpoints and endpoints.pulsar_pid else None
+        servers.rabbit_version, PULSAR_VERSION if endpoints and endpoints.pulsar_pid else None
     )
     say(
         f"machine: {machine['nproc']} CPUs ({machine['cpu']}), {machine['ram_gib']} GiB, "
@@ -243,35 +192,138 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
         "settings": {
             k: v for k, v in vars(args).items() if k not in {"json", "profile_out", "work_dir"}
         },
-        "notes": notes,
+        "notes": servers.notes,
     }
+    _measure(args, servers, target_objects, java_tools, settings, document)
+    _finish(args, stack, servers, document)
+    return 0
 
+
+def _launch_rabbitmq(
+    args: argparse.Namespace, stack: ExitStack, work_dir: Path, servers: _Servers
+) -> None:
+    """Start a private RabbitMQ node (not waiting for it), unless one is given by URL."""
+    if "rabbitmq" not in servers.targets:
+        return
+    if args.rabbitmq_url:
+        servers.rabbit_url = args.rabbitmq_url
+        return
+    try:
+        servers.rabbit_server, servers.rabbit_url = start_rabbitmq(stack, work_dir)
+    except BenchError as e:
+        servers.skip_rabbitmq(f"RabbitMQ skipped: {e}")
+
+
+def _await_rabbitmq(servers: _Servers) -> None:
+    if "rabbitmq" not in servers.targets or servers.rabbit_url is None:
+        return
+    try:
+        if servers.rabbit_server is not None:
+            servers.rabbit_version = wait_rabbitmq(servers.rabbit_server, servers.rabbit_url)
+        else:
+            servers.rabbit_version = amqp_handshake(servers.rabbit_url)
+        say(f"RabbitMQ ready: {servers.rabbit_version} at {servers.rabbit_url}")
+    except Exception as e:
+        servers.skip_rabbitmq(f"RabbitMQ skipped: cannot start or reach it: {e}")
+        if servers.rabbit_server is not None:
+            servers.rabbit_server.stop()
+
+
+def _start_proxy(
+    args: argparse.Namespace, stack: ExitStack, work_dir: Path, servers: _Servers
+) -> None:
+    assert servers.endpoints is not None
+    if args.profile == "cprofile":
+        args.profile_out.mkdir(parents=True, exist_ok=True)
+        servers.cprofile_out = args.profile_out.resolve() / "proxy.cprofile"
+    proxy, servers.proxy_url = start_proxy(
+        stack,
+        work_dir,
+        servers.endpoints,
+        args.proxy_set,
+        cprofile_out=servers.cprofile_out,
+        workers=args.proxy_workers,
+        code=args.proxy_code,
+    )
+    servers.proxy = proxy
+    servers.proxy_pids = {"proxy": proxy.pid}
+    if args.proxy_workers > 1:
+        workers = worker_pids(proxy.pid, args.proxy_workers)
+        servers.proxy_pids = {f"proxy{i}": pid for i, pid in enumerate(workers)}
+    say(f"proxy ready at {servers.proxy_url} (pids {sorted(servers.proxy_pids.values())})")
+    servers.sampler = RssSampler(min(servers.proxy_pids.values())).start()
+    stack.callback(servers.sampler.stop)
+    if args.profile == "py-spy":
+        start_py_spy(stack, args.profile_out, proxy.pid)
+
+
+def _target_objects(servers: _Servers) -> dict[str, Target]:
+    endpoints = servers.endpoints
+    pulsar_processes = (
+        {"pulsar": endpoints.pulsar_pid} if endpoints and endpoints.pulsar_pid else {}
+    )
+    found: dict[str, Target] = {}
+    if servers.proxy is not None:
+        found["proxy"] = Target(
+            "proxy",
+            "amqp",
+            servers.proxy_url,
+            {**servers.proxy_pids, **pulsar_processes},
+            servers.proxy.alive,
+        )
+    if "rabbitmq" in servers.targets and servers.rabbit_url is not None:
+        rabbit = servers.rabbit_server
+        found["rabbitmq"] = Target(
+            "rabbitmq", "amqp", servers.rabbit_url, {"rabbitmq": rabbit.pid} if rabbit else {}
+        )
+    if "pulsar" in servers.targets and endpoints is not None:
+        found["pulsar"] = Target("pulsar", "pulsar", endpoints.service_url, pulsar_processes)
+    return found
+
+
+def _measure(
+    args: argparse.Namespace,
+    servers: _Servers,
+    target_objects: dict[str, Target],
+    java_tools: tuple[list[str], Path] | None,
+    settings: Settings,
+    document: dict[str, Any],
+) -> None:
+    proxy = servers.proxy
+    endpoints = servers.endpoints
     if args.soak:
-        assert sampler is not None and proxy is not None
-        document["soak"] = run_soak(args, target_objects["proxy"], settings, sampler)
+        assert servers.sampler is not None and proxy is not None
+        document["soak"] = run_soak(args, target_objects["proxy"], settings, servers.sampler)
     elif java_tools is not None:
-        servers = SuiteServers(
-            proxy_url=proxy_url if proxy is not None else None,
+        suite_servers = SuiteServers(
+            proxy_url=servers.proxy_url if proxy is not None else None,
             proxy_pid=proxy.pid if proxy is not None else None,
             proxy_workers=args.proxy_workers,
             proxy_alive=proxy.alive if proxy is not None else None,
-            rabbitmq_url=rabbit_url if "rabbitmq" in targets else None,
-            rabbitmq_pid=rabbit_server.pid if rabbit_server is not None else None,
+            rabbitmq_url=servers.rabbit_url if "rabbitmq" in servers.targets else None,
+            rabbitmq_pid=servers.rabbit_server.pid if servers.rabbit_server is not None else None,
             pulsar_service_url=endpoints.service_url if endpoints else None,
             pulsar_web_url=endpoints.web_url if endpoints else None,
             pulsar_pid=endpoints.pulsar_pid if endpoints else None,
         )
-        _java_suite(args, java_tools, servers, settings, document)
+        _java_suite(args, java_tools, suite_servers, settings, document)
     else:
-        results = _cases(args, target_objects, settings, sampler)
+        results = _cases(args, target_objects, settings, servers.sampler)
         document["results"] = [r.to_json() for r in results]
         print()
         print(report.table(results))
         print()
         for line in report.problems(results):
             print(f"note: {line}")
-        for note in notes:
+        for note in servers.notes:
             print(f"note: {note}")
+
+
+def _finish(
+    args: argparse.Namespace, stack: ExitStack, servers: _Servers, document: dict[str, Any]
+) -> None:
+    """The proxy's memory over the run, its profile, and the JSON file."""
+    sampler = servers.sampler
     if sampler is not None:
         rss = _rss_summary(sampler)
         document["proxy_rss_kib"] = rss
@@ -279,16 +331,14 @@ def _run(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -> int:
             f"proxy RSS: start {rss['start'] / 1024:.1f} MiB, max {rss['max'] / 1024:.1f} MiB, "
             f"end {rss['end'] / 1024:.1f} MiB ({len(sampler.samples)} samples, 1 s apart)"
         )
-    if proxy is not None and args.profile:
-        sampler_stop = sampler.stop if sampler is not None else None
-        if sampler_stop is not None:
-            sampler_stop()
+    if servers.proxy is not None and args.profile:
+        if sampler is not None:
+            sampler.stop()
         stack.close()  # stops py-spy (it writes its file), then the proxy (cProfile writes)
-        document["profile"] = profile_summary(args.profile, args.profile_out, cprofile_out)
+        document["profile"] = profile_summary(args.profile, args.profile_out, servers.cprofile_out)
     if args.json:
         report.write_json(args.json, document)
         say(f"results written to {args.json}")
-    return 0
 
 
 def _java_suite(

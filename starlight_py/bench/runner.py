@@ -258,6 +258,63 @@ def _spec(
     )
 
 
+class _Crew:
+    """The worker processes of one case, and the lines they report."""
+
+    def __init__(
+        self,
+        case: Case,
+        target: Target,
+        settings: Settings,
+        log_dir: Path,
+        workers: list[Worker],
+        deadline: float,
+    ) -> None:
+        self.case = case
+        self.target = target
+        self.settings = settings
+        self.log_dir = log_dir
+        self.workers = workers  # every worker started, for the caller to kill
+        self.deadline = deadline
+        self.lines: queue.Queue[tuple[str, str]] = queue.Queue()
+        self.by_name: dict[str, Worker] = {}
+
+    def launch(self, role: str, names: list[str]) -> list[Worker]:
+        group = []
+        for i, name in enumerate(names):
+            spec = _spec(self.case, self.target, self.settings, role, i, name, self.log_dir)
+            worker = Worker(f"{role}-{i}", spec, self.log_dir, self.lines)
+            self.workers.append(worker)
+            self.by_name[worker.name] = worker
+            group.append(worker)
+        return group
+
+    def pump(self, until: float) -> None:
+        """Handle worker lines until ``until`` (monotonic) or the next line."""
+        try:
+            name, line = self.lines.get(timeout=max(0.0, min(0.5, until - time.monotonic())))
+        except queue.Empty:
+            return
+        worker = self.by_name[name]
+        if line == "@ready":
+            worker.ready = True
+        elif line.startswith("@progress "):
+            worker.progress = int(line.split()[1])
+        elif line == "@exit":
+            worker.exited = True
+
+    def wait_ready(self, group: list[Worker]) -> str | None:
+        until = min(self.deadline, time.monotonic() + READY_TIMEOUT)
+        while not all(w.ready for w in group):
+            failed = [w for w in group if w.exited and not w.ready]
+            if failed:
+                return f"{failed[0].name} exited before it was ready: {_why(failed[0])}"
+            if time.monotonic() >= until:
+                return "workers not ready in time"
+            self.pump(until)
+        return None
+
+
 def _run(
     case: Case,
     target: Target,
@@ -267,80 +324,23 @@ def _run(
     workers: list[Worker],
     tick: Tick | None,
 ) -> CaseResult:
-    lines: queue.Queue[tuple[str, str]] = queue.Queue()
-    started = time.monotonic()
-    deadline = started + settings.timeout
-    by_name: dict[str, Worker] = {}
-
-    def launch(role: str) -> list[Worker]:
-        group = []
-        for i, name in enumerate(names):
-            spec = _spec(case, target, settings, role, i, name, log_dir)
-            worker = Worker(f"{role}-{i}", spec, log_dir, lines)
-            workers.append(worker)
-            by_name[worker.name] = worker
-            group.append(worker)
-        return group
-
-    def pump(until: float) -> None:
-        """Handle worker lines until ``until`` (monotonic) or the next line."""
-        try:
-            name, line = lines.get(timeout=max(0.0, min(0.5, until - time.monotonic())))
-        except queue.Empty:
-            return
-        worker = by_name[name]
-        if line == "@ready":
-            worker.ready = True
-        elif line.startswith("@progress "):
-            worker.progress = int(line.split()[1])
-        elif line == "@exit":
-            worker.exited = True
-
-    def wait_ready(group: list[Worker]) -> str | None:
-        until = min(deadline, time.monotonic() + READY_TIMEOUT)
-        while not all(w.ready for w in group):
-            failed = [w for w in group if w.exited and not w.ready]
-            if failed:
-                return f"{failed[0].name} exited before it was ready: {_why(failed[0])}"
-            if time.monotonic() >= until:
-                return "workers not ready in time"
-            pump(until)
-        return None
-
-    consumers = launch("consumer")
-    problem = wait_ready(consumers)
+    crew = _Crew(case, target, settings, log_dir, workers, time.monotonic() + settings.timeout)
+    consumers = crew.launch("consumer", names)
+    problem = crew.wait_ready(consumers)
     if problem:
         return CaseResult.of(case, "error", problem)
-    producers = launch("producer")
-    problem = wait_ready(producers)
+    producers = crew.launch("producer", names)
+    problem = crew.wait_ready(producers)
     if problem:
         return CaseResult.of(case, "error", problem)
-
     cpu_before = {name: group_cpu_seconds(pgid) for name, pgid in target.processes.items()}
     host_before = host_busy_seconds()
     go_at = time.monotonic()
     for worker in producers:
         worker.go()
-    next_report = go_at + settings.progress_every
-    timed_out = False
-    while not all(w.exited for w in workers):
-        now = time.monotonic()
-        if now >= deadline:
-            timed_out = True
-            break
-        if target.process_alive is not None and not target.process_alive():
-            return CaseResult.of(case, "error", f"{target.name} exited during the case")
-        if tick is not None:
-            tick(now - go_at, sum(w.progress for w in consumers))
-        if now >= next_report:
-            next_report = now + settings.progress_every
-            consumed = sum(w.progress for w in consumers)
-            sent = sum(w.progress for w in producers)
-            say(
-                f"  {case.label()}: {consumed} consumed, {sent} confirmed, "
-                f"{now - go_at:.0f} s / timeout {deadline - go_at:.0f} s"
-            )
-        pump(min(deadline, next_report))
+    ending = _drive(crew, producers, consumers, go_at, tick)
+    if ending == "died":
+        return CaseResult.of(case, "error", f"{target.name} exited during the case")
     wall = time.monotonic() - go_at
     host = 100 * (host_busy_seconds() - host_before) / wall
     cpu = {
@@ -349,7 +349,7 @@ def _run(
     }
     for worker in workers:
         worker.kill()
-    if timed_out:
+    if ending == "timeout":
         result = CaseResult.of(case, "timeout", f"not finished after {settings.timeout:g} s")
     else:
         result = CaseResult.of(case, "ok")
@@ -364,6 +364,37 @@ def _run(
     if result.client_cpu is not None:
         result.other_cpu = round(max(0.0, host - sum(cpu.values()) - result.client_cpu), 1)
     return result
+
+
+def _drive(
+    crew: _Crew,
+    producers: list[Worker],
+    consumers: list[Worker],
+    go_at: float,
+    tick: Tick | None,
+) -> str:
+    """Follow the workers until all have exited ("done"), the case's deadline passes
+    ("timeout") or the target dies ("died"), reporting progress meanwhile."""
+    target, settings, deadline = crew.target, crew.settings, crew.deadline
+    next_report = go_at + settings.progress_every
+    while not all(w.exited for w in crew.workers):
+        now = time.monotonic()
+        if now >= deadline:
+            return "timeout"
+        if target.process_alive is not None and not target.process_alive():
+            return "died"
+        if tick is not None:
+            tick(now - go_at, sum(w.progress for w in consumers))
+        if now >= next_report:
+            next_report = now + settings.progress_every
+            consumed = sum(w.progress for w in consumers)
+            sent = sum(w.progress for w in producers)
+            say(
+                f"  {crew.case.label()}: {consumed} consumed, {sent} confirmed, "
+                f"{now - go_at:.0f} s / timeout {deadline - go_at:.0f} s"
+            )
+        crew.pump(min(deadline, next_report))
+    return "done"
 
 
 def _why(worker: Worker) -> str:

@@ -25,6 +25,7 @@ counts come from the brokers' plugin in one request when they have it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -69,6 +70,33 @@ MAX_GET_SOURCES = 64  # queues whose binding sets a channel remembers for its ne
 # A get counts the deliveries other proxies hold unacknowledged (which they write to
 # ZooKeeper every 0.25 s) as read by a get of the queue up to this long ago.
 OTHERS_HELD_AGE = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class GetCounts:
+    """What a get reads of its subscriptions' counts, by subscription."""
+
+    ready: dict[str, int]
+    delayed: set[str]  # with delayed messages the broker tracks
+    pending: set[str]  # with messages not acknowledged yet
+    waiting: int  # backlog less delayed, in all: ready or delivered and unacked
+
+    @classmethod
+    def of(cls, stats: dict[str, SubscriptionStats], batching: bool) -> GetCounts:
+        ready: dict[str, int] = {}
+        delayed: set[str] = set()
+        pending: set[str] = set()
+        waiting = 0
+        for subscription, found in stats.items():
+            # With batching, Pulsar counts entries: one partly acknowledged (or held by a
+            # closing getter) may still have ready messages whatever `ready` says.
+            ready[subscription] = found.backlog if batching else found.ready
+            if found.delayed > 0:
+                delayed.add(subscription)
+            waiting += max(0, found.backlog - found.delayed)
+            if found.backlog > found.delayed:
+                pending.add(subscription)
+        return cls(ready, delayed, pending, waiting)
 
 
 def rank(binding_set: BindingSet) -> int:
@@ -133,85 +161,87 @@ class Getters:
             session.get_sources.clear()  # a channel getting from ever new queues (replies)
             session.get_records.clear()
         session.get_sources[queue] = sets
-        ready: dict[str, int] = {}
-        delayed: set[str] = set()
-        pending: set[str] = set()  # subscriptions with messages not yet acknowledged
-        waiting = 0  # backlog less delayed: ready or delivered and unacked
-        batching = consumers.backend.batching
-        for subscription, found_stats in stats.items():
-            # With batching, Pulsar counts entries: one partly acknowledged (or held by a
-            # closing getter) may still have ready messages whatever `ready` says.
-            ready[subscription] = found_stats.backlog if batching else found_stats.ready
-            if found_stats.delayed > 0:
-                delayed.add(subscription)
-            waiting += max(0, found_stats.backlog - found_stats.delayed)
-            if found_stats.backlog > found_stats.delayed:
-                pending.add(subscription)
+        counts = GetCounts.of(stats, consumers.backend.batching)
         # get-ok's message_count: the ready messages as RabbitMQ counts them, read ahead by
         # a proxy or not (TopologyService.queue_counts).
         total_ready = ready_messages(
-            waiting,
-            sum(ready.values()),
+            counts.waiting,
+            sum(counts.ready.values()),
             held,
             topology.local_settling(vhost, queue),
         )
         for binding_set in sets:
-            getter = session.getters.get(binding_set.subscription)
-            # A message our getter read ahead is ready until it is delivered. Pulsar may
-            # count as dispatched one that is still on its way to the getter (published
-            # just now): while the subscription holds any and the count says some are
-            # ready, a second look waits a moment for it.
-            if getter is not None:
-                for look in (NO_WAIT, HELD_WAIT):
-                    if look == HELD_WAIT and (
-                        total_ready <= 0 or binding_set.subscription not in pending
-                    ):
-                        break
-                    if await self._get_from(
-                        session,
-                        getter,
-                        queue,
-                        binding_set,
-                        no_ack,
-                        max(0, total_ready - 1),
-                        look,
-                        record,
-                    ):
-                        return
-            wait = GET_WAIT
-            if ready.get(binding_set.subscription, 0) <= 0:
-                if binding_set.subscription not in delayed or getter is not None:
-                    continue
-                # Delayed messages the broker tracks: any that is due now goes to the getter
-                # we open, and a getter kept open gets the others once they are due.
-                wait = DELAYED_WAIT
-            if getter is None:
-                getter = await trio.to_thread.run_sync(
-                    # The next get's count must not see the message this one takes.
-                    partial(self.consumers.backend.subscribe, ack_at_once=True),
-                    naming.TopicName(self.consumers.ctx.namespace, binding_set.subscription_topic),
-                    binding_set.subscription,
-                    f"{self.consumers.prefix}/get/{session.number}",
-                    1,
-                    None,
-                )
-                session.getters[binding_set.subscription] = getter
-                session.getter_used[binding_set.subscription] = trio.current_time()
-            remaining = max(0, total_ready - 1)
-            # While Pulsar still counts undispatched messages, wait again (RabbitMQ answers
-            # a get with a message whenever its count says there is one); once it does not,
-            # one short look at what may have reached the getter just now.
-            deadline = trio.current_time() + GET_PATIENCE
-            while True:
-                if await self._get_from(
-                    session, getter, queue, binding_set, no_ack, remaining, wait, record
-                ):
-                    return
-                if wait != GET_WAIT or trio.current_time() >= deadline:
-                    break
-                if not await self._undispatched(binding_set):
-                    wait = HELD_WAIT
+            if await self._get_from_set(
+                session, queue, binding_set, counts, total_ready, no_ack, record
+            ):
+                return
         session.core.get_empty()
+
+    async def _get_from_set(
+        self,
+        session: ChannelSession,
+        queue: str,
+        binding_set: BindingSet,
+        counts: GetCounts,
+        total_ready: int,
+        no_ack: bool,
+        record: Queue,
+    ) -> bool:
+        """Deliver one message of the binding set's subscription if the counts say there is
+        one (its getter's, or one the broker dispatches to it); False when there is none."""
+        subscription = binding_set.subscription
+        getter = session.getters.get(subscription)
+        remaining = max(0, total_ready - 1)
+        # A message our getter read ahead is ready until it is delivered. Pulsar may count
+        # as dispatched one that is still on its way to the getter (published just now):
+        # while the subscription holds any and the count says some are ready, a second
+        # look waits a moment for it.
+        if getter is not None:
+            for look in (NO_WAIT, HELD_WAIT):
+                if look == HELD_WAIT and (total_ready <= 0 or subscription not in counts.pending):
+                    break
+                if await self._get_from(
+                    session, getter, queue, binding_set, no_ack, remaining, look, record
+                ):
+                    return True
+        wait = GET_WAIT
+        if counts.ready.get(subscription, 0) <= 0:
+            if subscription not in counts.delayed or getter is not None:
+                return False
+            # Delayed messages the broker tracks: any that is due now goes to the getter we
+            # open, and a getter kept open gets the others once they are due.
+            wait = DELAYED_WAIT
+        if getter is None:
+            getter = await self._open_getter(session, binding_set)
+        # While Pulsar still counts undispatched messages, wait again (RabbitMQ answers a
+        # get with a message whenever its count says there is one); once it does not, one
+        # short look at what may have reached the getter just now.
+        deadline = trio.current_time() + GET_PATIENCE
+        while True:
+            if await self._get_from(
+                session, getter, queue, binding_set, no_ack, remaining, wait, record
+            ):
+                return True
+            if wait != GET_WAIT or trio.current_time() >= deadline:
+                return False
+            if not await self._undispatched(binding_set):
+                wait = HELD_WAIT
+
+    async def _open_getter(
+        self, session: ChannelSession, binding_set: BindingSet
+    ) -> ConsumerHandle:
+        getter: ConsumerHandle = await trio.to_thread.run_sync(
+            # The next get's count must not see the message this one takes.
+            partial(self.consumers.backend.subscribe, ack_at_once=True),
+            naming.TopicName(self.consumers.ctx.namespace, binding_set.subscription_topic),
+            binding_set.subscription,
+            f"{self.consumers.prefix}/get/{session.number}",
+            1,
+            None,
+        )
+        session.getters[binding_set.subscription] = getter
+        session.getter_used[binding_set.subscription] = trio.current_time()
+        return getter
 
     async def _held(self, queue: str) -> int:
         """The queue's deliveries unacknowledged on every proxy, the others' as read up to

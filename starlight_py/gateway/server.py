@@ -8,6 +8,7 @@ import secrets
 import socket
 import sys
 from collections.abc import Callable
+from functools import partial
 from urllib.parse import urlsplit
 
 import trio
@@ -474,6 +475,32 @@ async def _serve(
     urls = bound_urls(listeners)
     for url in urls:
         log.info("listening on %s", url)
+    _log_paths(config, services)
+    async with trio.open_nursery() as nursery:
+        await _start_endpoints(nursery, config, services, urls)
+        task_status.started(urls)
+        _start_duties(nursery, config, services, urls)
+        # Connections live in their own nursery so that the listeners can close (the
+        # `accepting` scope) while the connections drain.
+        async with trio.open_nursery() as connections:
+            with trio.CancelScope() as accepting:
+                if shutdown is not None:
+                    nursery.start_soon(
+                        shut_down_when_requested,
+                        services,
+                        shutdown,
+                        accepting.cancel,
+                        nursery.cancel_scope.cancel,
+                    )
+                await trio.serve_listeners(
+                    partial(_serve_client, config, services),
+                    listeners,
+                    handler_nursery=connections,
+                )
+
+
+def _log_paths(config: StarlightConfig, services: ProxyServices) -> None:
+    """Say at start what the proxy talks to, and which of its faster paths are in use."""
     log.info(
         "Pulsar %s (admin %s), ZooKeeper %s",
         services.backend.service_url,
@@ -519,129 +546,129 @@ async def _serve(
             listened_reason,
         )
 
-    async def handle(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> None:
-        is_tls = isinstance(stream, trio.SSLStream)
-        sock = (
-            stream.transport_stream.socket if isinstance(stream, trio.SSLStream) else stream.socket
-        )
-        try:
-            host, port = sock.getpeername()[:2]
-            peer = f"{host}:{port}"
-            local_host, local_port = sock.getsockname()[:2]
-            local = f"{local_host}:{local_port}"
-        except OSError:
-            host, peer, local = "?", "?", "?"
-        try:
-            certificate = None
-            client_stream: trio.abc.Stream = stream
-            if config.proxy_protocol and isinstance(stream, trio.SocketStream):
-                found = await _proxy_header(stream, config.handshake_timeout, peer)
-                if found is None:
-                    return
-                header, client_stream = found
-                if header.source is not None:
-                    host = header.source[0]
-                    peer = f"{header.source[0]}:{header.source[1]} (via {peer})"
-            ticket = services.limits.admit(str(host))
-            if ticket.admission is Admission.DROP:
-                log.warning("dropped connection from %s: %s", peer, ticket.reason)
-                await trio.aclose_forcefully(client_stream)
-                return
-            if ticket.admission is Admission.REFUSE:
-                log.warning("refusing connection from %s: %s", peer, ticket.reason)
-        except Exception:
-            log.exception("connection from %s failed", peer)
-            return
-        try:
-            if isinstance(stream, trio.SSLStream):
-                # In this connection's own task: a slow handshake delays no one else.
-                if not await complete_handshake(stream, config.tls_handshake_timeout, peer):
-                    return
-                certificate = peer_certificate(stream)
-            connection = ClientConnection(
-                client_stream,
-                services,
-                peer,
-                tls=is_tls,
-                peer_certificate=certificate,
-                refusal=ticket.reason or None,
-            )
-            connection.local = local
-            services.connections.add(connection)
-            try:
-                await connection.run()
-            finally:
-                services.connections.discard(connection)
-        except Exception:
-            # One connection's failure must never take the listener down.
-            log.exception("connection from %s failed", peer)
-        finally:
-            services.limits.release(ticket)
 
-    async with trio.open_nursery() as nursery:
-        if config.metrics_listener and config.queue_metrics_interval > 0:
-            queue_metrics = QueueMetrics(
-                services.topology.admin,
-                services.cache,
-                services.topology,
-                lambda: services.cleaner is None or services.cleaner.stats.leader,
-                config.queue_metrics_interval,
-            )
-            services.metrics.register(queue_metrics)
-            nursery.start_soon(queue_metrics.run)
-        if config.metrics_listener:
-            address = urlsplit(config.metrics_listener)
-            await nursery.start(
-                serve_health,
-                address.hostname or "127.0.0.1",
-                # Workers of `serve --workers N` use port, port + 1, ... (workers.py).
-                (address.port or 0) and (address.port or 0) + (worker_index() or 0),
-                services.metrics,
-                lambda: readiness_problems(services),
-            )
-        if config.management_listener:
-            await _start_management(nursery, config, services, urls)
-        task_status.started(urls)
-        assert services.ephemerals is not None
-        nursery.start_soon(take_from_pulsar_threads)
-        nursery.start_soon(services.producers.close_idle_forever)
-        assert services.reaper is not None and services.held is not None
-        assert services.pre_acks is not None
-        nursery.start_soon(services.reaper.run)
-        nursery.start_soon(services.held.publish_forever)
-        nursery.start_soon(services.pre_acks.run)
-        assert services.ephemerals is not None
-        nursery.start_soon(
-            ConnectionReports(
-                services.zookeeper,
-                services.topology.paths,
-                services.ephemerals,
-                services.proxy_id,
-                lambda: describe_connections(list(services.connections), services.proxy_id),
-                lambda name, reason: close_connection(services, name, reason),
-                lambda: report_state(list(services.connections)),
-            ).run
+async def _serve_client(
+    config: StarlightConfig,
+    services: ProxyServices,
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
+) -> None:
+    """One accepted client, from its PROXY header and admission to its connection's end."""
+    is_tls = isinstance(stream, trio.SSLStream)
+    sock = stream.transport_stream.socket if isinstance(stream, trio.SSLStream) else stream.socket
+    try:
+        host, port = sock.getpeername()[:2]
+        peer = f"{host}:{port}"
+        local_host, local_port = sock.getsockname()[:2]
+        local = f"{local_host}:{local_port}"
+    except OSError:
+        host, peer, local = "?", "?", "?"
+    try:
+        certificate = None
+        client_stream: trio.abc.Stream = stream
+        if config.proxy_protocol and isinstance(stream, trio.SocketStream):
+            found = await _proxy_header(stream, config.handshake_timeout, peer)
+            if found is None:
+                return
+            header, client_stream = found
+            if header.source is not None:
+                host = header.source[0]
+                peer = f"{header.source[0]}:{header.source[1]} (via {peer})"
+        ticket = services.limits.admit(str(host))
+        if ticket.admission is Admission.DROP:
+            log.warning("dropped connection from %s: %s", peer, ticket.reason)
+            await trio.aclose_forcefully(client_stream)
+            return
+        if ticket.admission is Admission.REFUSE:
+            log.warning("refusing connection from %s: %s", peer, ticket.reason)
+    except Exception:
+        log.exception("connection from %s failed", peer)
+        return
+    try:
+        if isinstance(stream, trio.SSLStream):
+            # In this connection's own task: a slow handshake delays no one else.
+            if not await complete_handshake(stream, config.tls_handshake_timeout, peer):
+                return
+            certificate = peer_certificate(stream)
+        connection = ClientConnection(
+            client_stream,
+            services,
+            peer,
+            tls=is_tls,
+            peer_certificate=certificate,
+            refusal=ticket.reason or None,
         )
-        nursery.start_soon(
-            cluster_duties,
+        connection.local = local
+        services.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            services.connections.discard(connection)
+    except Exception:
+        # One connection's failure must never take the listener down.
+        log.exception("connection from %s failed", peer)
+    finally:
+        services.limits.release(ticket)
+
+
+async def _start_endpoints(
+    nursery: trio.Nursery, config: StarlightConfig, services: ProxyServices, urls: list[str]
+) -> None:
+    """The operators' endpoint (metrics, health) and the management API, when configured."""
+    if config.metrics_listener and config.queue_metrics_interval > 0:
+        queue_metrics = QueueMetrics(
+            services.topology.admin,
+            services.cache,
+            services.topology,
+            lambda: services.cleaner is None or services.cleaner.stats.leader,
+            config.queue_metrics_interval,
+        )
+        services.metrics.register(queue_metrics)
+        nursery.start_soon(queue_metrics.run)
+    if config.metrics_listener:
+        address = urlsplit(config.metrics_listener)
+        await nursery.start(
+            serve_health,
+            address.hostname or "127.0.0.1",
+            # Workers of `serve --workers N` use port, port + 1, ... (workers.py).
+            (address.port or 0) and (address.port or 0) + (worker_index() or 0),
+            services.metrics,
+            lambda: readiness_problems(services),
+        )
+    if config.management_listener:
+        await _start_management(nursery, config, services, urls)
+
+
+def _start_duties(
+    nursery: trio.Nursery, config: StarlightConfig, services: ProxyServices, urls: list[str]
+) -> None:
+    """The process's background tasks: Pulsar's threads' hand-over, idle producers,
+    expiry, unacked counts, pre-acknowledgements, the connection report, cluster duties."""
+    assert services.ephemerals is not None
+    assert services.reaper is not None and services.held is not None
+    assert services.pre_acks is not None
+    nursery.start_soon(take_from_pulsar_threads)
+    nursery.start_soon(services.producers.close_idle_forever)
+    nursery.start_soon(services.reaper.run)
+    nursery.start_soon(services.held.publish_forever)
+    nursery.start_soon(services.pre_acks.run)
+    nursery.start_soon(
+        ConnectionReports(
             services.zookeeper,
             services.topology.paths,
             services.ephemerals,
             services.proxy_id,
-            urls,
-            services.cleaner,
-            config.cleaner_interval,
-        )
-        # Connections live in their own nursery so that the listeners can close (the
-        # `accepting` scope) while the connections drain.
-        async with trio.open_nursery() as connections:
-            with trio.CancelScope() as accepting:
-                if shutdown is not None:
-                    nursery.start_soon(
-                        shut_down_when_requested,
-                        services,
-                        shutdown,
-                        accepting.cancel,
-                        nursery.cancel_scope.cancel,
-                    )
-                await trio.serve_listeners(handle, listeners, handler_nursery=connections)
+            lambda: describe_connections(list(services.connections), services.proxy_id),
+            lambda name, reason: close_connection(services, name, reason),
+            lambda: report_state(list(services.connections)),
+        ).run
+    )
+    nursery.start_soon(
+        cluster_duties,
+        services.zookeeper,
+        services.topology.paths,
+        services.ephemerals,
+        services.proxy_id,
+        urls,
+        services.cleaner,
+        config.cleaner_interval,
+    )

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from kazoo.recipe.cache import TreeCache, TreeEvent
 
@@ -474,12 +474,7 @@ class TopologyCache:
     def _apply(self, parts: list[str], raw: bytes | None) -> None:
         """Index one znode's record (None: removed); only for paths `_indexed` accepts."""
         if len(parts) == 1:
-            vhost_record = decode(raw) if raw else None
-            with self._lock:
-                if isinstance(vhost_record, VhostRecord):
-                    self._vhosts[name_of(parts[0])] = vhost_record
-                elif raw is None:
-                    self._vhosts.pop(name_of(parts[0]), None)
+            self._apply_vhost(name_of(parts[0]), raw)
             return
         if len(parts) < 3:
             return
@@ -487,86 +482,121 @@ class TopologyCache:
         kind, name = parts[1], name_of(parts[2])
         record = decode(raw) if raw else None
         with self._lock:
-            if kind == "exchanges" and len(parts) == 3:
-                if isinstance(record, Exchange):
-                    self._declared_exchanges[(vhost, name)] = record
-                    self._apply_exchange_policy(vhost, record)
-                elif raw is None:
-                    self._declared_exchanges.pop((vhost, name), None)
-                    self._exchanges.pop((vhost, name), None)
-            elif kind == "queues" and len(parts) == 3:
-                if isinstance(record, Queue):
-                    self._declared_queues[(vhost, name)] = record
-                    self._apply_queue_policy(vhost, record)
-                elif raw is None:
-                    self._declared_queues.pop((vhost, name), None)
-                    self._queues.pop((vhost, name), None)
-                    _index(self._limited, vhost, name, None)
-                    _index(self._prioritised, vhost, name, None)
-            elif kind == "policies" and len(parts) == 3:
-                if isinstance(record, Policy):
-                    self._policies.setdefault(vhost, {})[name] = record
-                elif raw is None:
-                    self._policies.get(vhost, {}).pop(name, None)
-                self._apply_policies(vhost)
-            elif kind == "retired" and len(parts) == 3:
-                if isinstance(record, RetiredSubscription):
-                    self._retired[(vhost, record.subscription)] = record
-                elif raw is None:
-                    self._retired.pop((vhost, name), None)
-            elif kind == "exchanges" and len(parts) == 5 and parts[3] == "e2e":
-                key = (vhost, name)
-                if isinstance(record, ExchangeBinding):
-                    self._e2e.setdefault(key, {})[parts[4]] = record
-                elif raw is None:
-                    bindings = self._e2e.get(key, {})
-                    bindings.pop(parts[4], None)
-                    if not bindings:
-                        self._e2e.pop(key, None)
-            elif kind == "queues" and len(parts) == 5 and parts[3] == "bindings":
+            if len(parts) == 3:
+                apply = self._APPLY_RECORD.get(kind)
+                if apply is not None:
+                    apply(self, vhost, name, record, raw is None)
+            elif len(parts) == 5 and (kind, parts[3]) == ("exchanges", "e2e"):
+                self._apply_e2e((vhost, name), parts[4], record, raw is None)
+            elif len(parts) == 5 and (kind, parts[3]) == ("queues", "bindings"):
                 path_key = "/".join(parts)
                 if isinstance(record, BindingSet):
-                    exchange_key = (vhost, record.exchange)
-                    set_key = (record.queue, record.topic)
-                    self._sets_by_exchange.setdefault(exchange_key, {})[set_key] = record
-                    self._set_keys[path_key] = (exchange_key, set_key)
-                    routes = self._routes.get(exchange_key)
-                    if routes is None:
-                        routes = self._routes[exchange_key] = ExchangeRoutes(record.exchange_type)
-                    routes.put(set_key, _active_bindings(record))
-                    readers = self._exchange_topic_readers
-                    if record.binding_topic:
-                        self._active_binding_topics.add(record.binding_topic)
-                        _forget(readers, exchange_key, set_key)
-                    else:
-                        readers.setdefault(exchange_key, set()).add(set_key)
-                    queue_sets = self._sets_by_queue.setdefault((vhost, record.queue), {})
-                    if record.topic not in queue_sets:
-                        self._note_share(
-                            (vhost, record.subscription_topic),
-                            (record.queue, record.topic),
-                            self._queue_share(vhost, record.queue),
-                        )
-                    queue_sets[record.topic] = record
+                    self._put_binding_set(vhost, path_key, record)
                 elif raw is None and path_key in self._set_keys:
-                    exchange_key, set_key = self._set_keys.pop(path_key)
-                    queue_sets = self._sets_by_queue.get((vhost, set_key[0]), {})
-                    gone = queue_sets.pop(set_key[1], None)
-                    if gone is not None:
-                        self._active_binding_topics.discard(gone.binding_topic)
-                        read = (vhost, gone.subscription_topic)
-                        self._note_share(read, (set_key[0], gone.topic), None, gone=True)
-                    if not queue_sets:
-                        self._sets_by_queue.pop((vhost, set_key[0]), None)
-                    sets = self._sets_by_exchange.get(exchange_key, {})
-                    sets.pop(set_key, None)
-                    routes = self._routes.get(exchange_key)
-                    if routes is not None:
-                        routes.remove(set_key)
-                    _forget(self._exchange_topic_readers, exchange_key, set_key)
-                    if not sets:
-                        self._sets_by_exchange.pop(exchange_key, None)
-                        self._routes.pop(exchange_key, None)
+                    self._drop_binding_set(vhost, path_key)
+
+    def _apply_vhost(self, vhost: str, raw: bytes | None) -> None:
+        vhost_record = decode(raw) if raw else None
+        with self._lock:
+            if isinstance(vhost_record, VhostRecord):
+                self._vhosts[vhost] = vhost_record
+            elif raw is None:
+                self._vhosts.pop(vhost, None)
+
+    # ---- one record each (called with the lock held; `removed`: the znode is gone) --------
+
+    def _apply_exchange(self, vhost: str, name: str, record: object, removed: bool) -> None:
+        if isinstance(record, Exchange):
+            self._declared_exchanges[(vhost, name)] = record
+            self._apply_exchange_policy(vhost, record)
+        elif removed:
+            self._declared_exchanges.pop((vhost, name), None)
+            self._exchanges.pop((vhost, name), None)
+
+    def _apply_queue(self, vhost: str, name: str, record: object, removed: bool) -> None:
+        if isinstance(record, Queue):
+            self._declared_queues[(vhost, name)] = record
+            self._apply_queue_policy(vhost, record)
+        elif removed:
+            self._declared_queues.pop((vhost, name), None)
+            self._queues.pop((vhost, name), None)
+            _index(self._limited, vhost, name, None)
+            _index(self._prioritised, vhost, name, None)
+
+    def _apply_policy(self, vhost: str, name: str, record: object, removed: bool) -> None:
+        if isinstance(record, Policy):
+            self._policies.setdefault(vhost, {})[name] = record
+        elif removed:
+            self._policies.get(vhost, {}).pop(name, None)
+        self._apply_policies(vhost)
+
+    def _apply_retired(self, vhost: str, name: str, record: object, removed: bool) -> None:
+        if isinstance(record, RetiredSubscription):
+            self._retired[(vhost, record.subscription)] = record
+        elif removed:
+            self._retired.pop((vhost, name), None)
+
+    _APPLY_RECORD: ClassVar[dict[str, Callable[[TopologyCache, str, str, object, bool], None]]] = {
+        "exchanges": _apply_exchange,
+        "queues": _apply_queue,
+        "policies": _apply_policy,
+        "retired": _apply_retired,
+    }
+
+    def _apply_e2e(
+        self, key: tuple[str, str], destination: str, record: object, removed: bool
+    ) -> None:
+        if isinstance(record, ExchangeBinding):
+            self._e2e.setdefault(key, {})[destination] = record
+        elif removed:
+            bindings = self._e2e.get(key, {})
+            bindings.pop(destination, None)
+            if not bindings:
+                self._e2e.pop(key, None)
+
+    def _put_binding_set(self, vhost: str, path_key: str, record: BindingSet) -> None:
+        exchange_key = (vhost, record.exchange)
+        set_key = (record.queue, record.topic)
+        self._sets_by_exchange.setdefault(exchange_key, {})[set_key] = record
+        self._set_keys[path_key] = (exchange_key, set_key)
+        routes = self._routes.get(exchange_key)
+        if routes is None:
+            routes = self._routes[exchange_key] = ExchangeRoutes(record.exchange_type)
+        routes.put(set_key, _active_bindings(record))
+        readers = self._exchange_topic_readers
+        if record.binding_topic:
+            self._active_binding_topics.add(record.binding_topic)
+            _forget(readers, exchange_key, set_key)
+        else:
+            readers.setdefault(exchange_key, set()).add(set_key)
+        queue_sets = self._sets_by_queue.setdefault((vhost, record.queue), {})
+        if record.topic not in queue_sets:
+            self._note_share(
+                (vhost, record.subscription_topic),
+                (record.queue, record.topic),
+                self._queue_share(vhost, record.queue),
+            )
+        queue_sets[record.topic] = record
+
+    def _drop_binding_set(self, vhost: str, path_key: str) -> None:
+        exchange_key, set_key = self._set_keys.pop(path_key)
+        queue_sets = self._sets_by_queue.get((vhost, set_key[0]), {})
+        gone = queue_sets.pop(set_key[1], None)
+        if gone is not None:
+            self._active_binding_topics.discard(gone.binding_topic)
+            read = (vhost, gone.subscription_topic)
+            self._note_share(read, (set_key[0], gone.topic), None, gone=True)
+        if not queue_sets:
+            self._sets_by_queue.pop((vhost, set_key[0]), None)
+        sets = self._sets_by_exchange.get(exchange_key, {})
+        sets.pop(set_key, None)
+        routes = self._routes.get(exchange_key)
+        if routes is not None:
+            routes.remove(set_key)
+        _forget(self._exchange_topic_readers, exchange_key, set_key)
+        if not sets:
+            self._sets_by_exchange.pop(exchange_key, None)
+            self._routes.pop(exchange_key, None)
 
     # ---- policies (called with the lock held) -----------------------------------------------
 
