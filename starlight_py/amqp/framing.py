@@ -25,6 +25,7 @@ from starlight_py.amqp.field_codec import (
     decode_properties,
     encode_method_fields,
 )
+from starlight_py.amqp.method_ids import MethodId
 
 PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 # RabbitMQ also accepts the AMQP 0-9 header and speaks 0-9-1 to it; so do we.
@@ -311,8 +312,9 @@ class CommandInvalidIndex(CommandInvalid):
         super().__init__(f"unknown method {index >> 16}.{index & 0xFFFF}")
 
 
-def method_ids(method: Method) -> tuple[int, int]:
-    """(class_id, method_id) of a method, as channel.close / connection.close report them."""
+def method_ids(method: Method) -> MethodId:
+    """(class_id, method_id) of a method, as channel.close / connection.close report them
+    (method_ids.py names those of the commands the proxy refuses by name)."""
     index: int = method.index
     return index >> 16, index & 0xFFFF
 

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from starlight_py.amqp import compiled
+from starlight_py.amqp import compiled, method_ids
 from starlight_py.amqp.errors import FrameError
 
 FRAME_METHOD: Final = 1
@@ -91,7 +91,7 @@ def decode_publish(payload: bytes) -> Publish:
         routing_key = payload[end + 1 : key_end].decode("utf-8")
         bits = payload[key_end]  # IndexError as well when a name was cut short
     except (IndexError, UnicodeDecodeError) as e:
-        raise FrameError(f"cannot decode Basic.Publish: {e}", (60, 40)) from e
+        raise FrameError(f"cannot decode Basic.Publish: {e}", method_ids.BASIC_PUBLISH) from e
     return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
 
 

@@ -26,6 +26,9 @@ from pamqp import commands
 
 from starlight_py.amqp.errors import PreconditionFailed
 from starlight_py.amqp.hot_frames import Publish
+from starlight_py.amqp.method_ids import (
+    BASIC_PUBLISH,
+)
 
 # Each buffered publish also costs its frame objects: charged to the limit as this much.
 PUBLISH_OVERHEAD = 256
@@ -33,11 +36,6 @@ PUBLISH_OVERHEAD = 256
 TRANSACTION_SIZE_IN_MESSAGES = 16
 # ... and at most this many bytes (what 16 messages of the 4 MiB limit of old came to).
 TRANSACTION_BUFFER_CAP = 64 * 1024 * 1024
-
-TX_SELECT = (90, 10)
-TX_COMMIT = (90, 20)
-TX_ROLLBACK = (90, 30)
-CONFIRM_SELECT = (85, 10)
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,7 @@ class ChannelTransaction:
                 f"transaction too large: the publishes buffered by this connection's "
                 f"transactions would exceed {limit.max_bytes} bytes "
                 f"({TRANSACTION_SIZE_IN_MESSAGES} x amqpMaxMessageSize); commit more often",
-                (60, 40),
+                BASIC_PUBLISH,
             )
         self.publishes.append(publish)
         self.size += publish.size

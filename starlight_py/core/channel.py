@@ -37,11 +37,18 @@ from starlight_py.amqp import hot_frames
 from starlight_py.amqp.errors import NotAllowed, NotImplementedMethod, PreconditionFailed
 from starlight_py.amqp.field_codec import unvalidated
 from starlight_py.amqp.framing import encode_method
-from starlight_py.amqp.transactions import (
+from starlight_py.amqp.method_ids import (
+    BASIC_ACK,
+    BASIC_CONSUME,
+    BASIC_NACK,
+    BASIC_RECOVER,
+    BASIC_REJECT,
     CONFIRM_SELECT,
     TX_COMMIT,
     TX_ROLLBACK,
     TX_SELECT,
+)
+from starlight_py.amqp.transactions import (
     BufferedPublish,
     BufferedSettlement,
     ChannelTransaction,
@@ -74,12 +81,6 @@ BAND_REFILL_WAIT = 0.05
 # subscribed, before a lower band's message may go first (subscribing to many bands takes
 # a while, more on a loaded machine; the wait ends as soon as they arrive).
 BAND_FIRST_WAIT = 1.0
-
-BASIC_ACK = (60, 80)
-BASIC_REJECT = (60, 90)
-BASIC_NACK = (60, 120)
-BASIC_RECOVER = (60, 110)
-BASIC_CONSUME = (60, 20)
 
 
 class FrameSink(Protocol):

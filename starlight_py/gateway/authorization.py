@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import trio
 
 from starlight_py.amqp.errors import AccessRefused, NotAllowed
+from starlight_py.amqp.method_ids import CONNECTION_OPEN
 from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model.permissions import (
@@ -24,8 +25,6 @@ from starlight_py.model.permissions import (
     refusal_text,
     vhost_refusal_text,
 )
-
-CONNECTION_OPEN = (10, 40)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from starlight_py.amqp.errors import (
     NotImplementedMethod,
 )
 from starlight_py.amqp.framing import method_ids
+from starlight_py.amqp.method_ids import CONNECTION_OPEN, CONNECTION_START_OK
 from starlight_py.amqp.transactions import TransactionLimit
 from starlight_py.auth.authenticator import AuthenticationFailed, Principal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
@@ -334,7 +335,7 @@ class ClientConnection:
 
     async def _on_open(self, event: ev.OpenRequested) -> None:
         if self.refusal is not None:
-            raise NotAllowed(self.refusal, (10, 40))
+            raise NotAllowed(self.refusal, CONNECTION_OPEN)
         user = self.principal.name if self.principal else ""
         access = AccessControl(self.services.permissions, event.virtual_host, user)
         # Before open_vhost: a user without access must not create vhosts or namespaces.
@@ -434,7 +435,7 @@ class ClientConnection:
             raise ConnectionAccessRefused(
                 f"Login was refused using authentication mechanism {event.mechanism}. "
                 "For details see the broker logfile.",
-                (10, 11),
+                CONNECTION_START_OK,
             ) from e
         self._set_credential_deadline(self.principal)
         self.conn.accept_login()

@@ -26,6 +26,7 @@ from typing import Any
 
 import trio
 
+from starlight_py.amqp.method_ids import BASIC_NACK
 from starlight_py.backend.message_codec import (
     DecodedMessage,
     decode,
@@ -601,7 +602,7 @@ class Consumers:
         as RabbitMQ."""
         for item in deliveries:
             if isinstance(item.source.handle, StreamReaderHandle):
-                raise settle_refused(item.queue.name, self.ctx.vhost, (60, 120))
+                raise settle_refused(item.queue.name, self.ctx.vhost, BASIC_NACK)
 
     def _reject(self, session: ChannelSession, command: RejectMessages) -> None:
         self._refuse_stream_settle(command.deliveries)

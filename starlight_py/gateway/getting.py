@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from starlight_py.amqp.method_ids import BASIC_GET
 from starlight_py.backend.pulsar_admin import SubscriptionStats
 from starlight_py.backend.pulsar_client import ConsumerHandle, ReceivedMessage
 from starlight_py.core.consumer import Deliverable
@@ -268,10 +269,10 @@ class Getters:
         cached = consumers.cache.queue(vhost, queue)
         deletions = topology.queue_deletions
         if cached is not None and session.get_records.get(queue) == (cached, deletions):
-            topology.check_usable(vhost, cached, consumers.ctx.owner, (60, 70))
+            topology.check_usable(vhost, cached, consumers.ctx.owner, BASIC_GET)
             return cached
         record: Queue = await trio.to_thread.run_sync(
-            topology.usable_queue, vhost, queue, consumers.ctx.owner, (60, 70)
+            topology.usable_queue, vhost, queue, consumers.ctx.owner, BASIC_GET
         )
         if cached is not None:
             session.get_records[queue] = (cached, deletions)

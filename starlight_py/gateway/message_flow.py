@@ -14,6 +14,7 @@ from starlight_py.amqp import hot_frames
 from starlight_py.amqp.errors import NotImplementedMethod
 from starlight_py.amqp.events import ContentReceived
 from starlight_py.amqp.framing import method_ids
+from starlight_py.amqp.method_ids import BASIC_CONSUME, BASIC_GET
 from starlight_py.amqp.transactions import BufferedPublish
 from starlight_py.core.channel import Tally
 from starlight_py.gateway import transactions
@@ -136,8 +137,8 @@ class MessageFlow:
         self._execute(session)
 
     async def _consume(self, session: ChannelSession, method: commands.Basic.Consume) -> None:
-        queue = resolve_queue_name(self.ctx, session, _text(method.queue), (60, 20))
-        await self.ctx.access.check_queue(Access.READ, queue, (60, 20))
+        queue = resolve_queue_name(self.ctx, session, _text(method.queue), BASIC_CONSUME)
+        await self.ctx.access.check_queue(Access.READ, queue, BASIC_CONSUME)
         await self.consumers.consume(
             session,
             queue,
@@ -155,8 +156,8 @@ class MessageFlow:
             session.core.write_method(commands.Basic.CancelOk(tag))
 
     async def _get(self, session: ChannelSession, method: commands.Basic.Get) -> None:
-        queue = resolve_queue_name(self.ctx, session, _text(method.queue), (60, 70))
-        await self.ctx.access.check_queue(Access.READ, queue, (60, 70))
+        queue = resolve_queue_name(self.ctx, session, _text(method.queue), BASIC_GET)
+        await self.ctx.access.check_queue(Access.READ, queue, BASIC_GET)
         await self._published(session)
         await self.consumers.get(session, queue, bool(method.no_ack))
 

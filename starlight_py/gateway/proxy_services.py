@@ -15,6 +15,7 @@ import trio
 
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import ConnectionForced, InternalError
+from starlight_py.amqp.method_ids import CONNECTION_OPEN
 from starlight_py.auth.authenticator import Authenticator
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.cluster.cleaner import SubscriptionCleaner
@@ -183,7 +184,7 @@ class ProxyServices:
             # and consuming on its existing topology.
             record = self.cache.vhost(vhost)
             if record is None:
-                raise InternalError(f"cannot open vhost '{vhost}': {e}", (10, 40)) from e
+                raise InternalError(f"cannot open vhost '{vhost}': {e}", CONNECTION_OPEN) from e
             log.warning("opening vhost %r from the cache: %s", vhost, e)
         if record is not None:
             await self.vhosts.check_namespace(vhost, record.namespace)
@@ -192,7 +193,7 @@ class ProxyServices:
         try:
             await trio.to_thread.run_sync(self.topology.ensure_vhost, vhost, namespace)
         except MetadataUnavailable as e:
-            raise InternalError(f"cannot open vhost '{vhost}': {e}", (10, 40)) from e
+            raise InternalError(f"cannot open vhost '{vhost}': {e}", CONNECTION_OPEN) from e
         return namespace
 
 

@@ -15,6 +15,7 @@ from pamqp import commands
 
 from starlight_py.amqp.errors import AccessRefused, PreconditionFailed
 from starlight_py.amqp.hot_frames import Publish
+from starlight_py.amqp.method_ids import BASIC_PUBLISH
 from starlight_py.backend.message_codec import encode_properties
 from starlight_py.gateway.message_copies import (
     copy_targets,
@@ -43,9 +44,6 @@ class Plan:
     refused: bool
     topic: naming.TopicName | None = None  # the exchange's topic, of the copy to pre-ack
     pre_ack: StoredCallback | None = None
-
-
-BASIC_PUBLISH = (60, 40)
 
 
 class SlowPlanner:

@@ -30,6 +30,7 @@ from starlight_py.amqp.errors import (
 from starlight_py.amqp.field_codec import unvalidated
 from starlight_py.amqp.framing import encode_method
 from starlight_py.amqp.hot_frames import Publish, content_frames
+from starlight_py.amqp.method_ids import BASIC_PUBLISH
 from starlight_py.backend.message_codec import (
     encode_properties,
 )
@@ -48,7 +49,7 @@ from starlight_py.gateway.exchange_routing import (
 from starlight_py.gateway.message_copies import copy_targets, message_copies
 from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.producer_pool import ProducerPool
-from starlight_py.gateway.publish_planning import BASIC_PUBLISH, SlowPlanner
+from starlight_py.gateway.publish_planning import SlowPlanner
 from starlight_py.gateway.route_plans import MAX_PLANS, RoutePlan
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache

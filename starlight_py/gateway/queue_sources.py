@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import trio
 
+from starlight_py.amqp.method_ids import BASIC_CONSUME
 from starlight_py.backend.pulsar_admin import SubscriptionStats
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
@@ -32,10 +33,10 @@ class QueueSources:
         cached = self.cache.queue(vhost, queue)
         if cached is not None:
             sets = await self.binding_sets_of(cached)
-            self.topology.check_usable(vhost, cached, self.ctx.owner, (60, 20))
+            self.topology.check_usable(vhost, cached, self.ctx.owner, BASIC_CONSUME)
             return cached, sets
         record = await trio.to_thread.run_sync(
-            self.topology.usable_queue, vhost, queue, self.ctx.owner, (60, 20)
+            self.topology.usable_queue, vhost, queue, self.ctx.owner, BASIC_CONSUME
         )
         found = await trio.to_thread.run_sync(self.topology.binding_sets, vhost, queue)
         return record, [s for s, _ in found]

@@ -14,6 +14,7 @@ import trio
 
 from starlight_py.amqp.errors import PreconditionFailed
 from starlight_py.amqp.framing import encode_raw_properties
+from starlight_py.amqp.method_ids import BASIC_CONSUME
 from starlight_py.backend.message_codec import DecodedMessage
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import Listener, PulsarBackend
@@ -78,7 +79,7 @@ async def topic_starts(
         return await trio.to_thread.run_sync(resolve_offset, start.offset, own, topics, lookup)
     except NoStreamIndex as e:
         raise PreconditionFailed(
-            f"cannot start queue '{queue}' at x-stream-offset {start.offset}: {e}", (60, 20)
+            f"cannot start queue '{queue}' at x-stream-offset {start.offset}: {e}", BASIC_CONSUME
         ) from e
 
 

@@ -14,6 +14,17 @@ from pamqp.base import Frame as PamqpMethod
 
 from starlight_py.amqp.errors import AccessRefused, NotFound
 from starlight_py.amqp.field_codec import unvalidated
+from starlight_py.amqp.method_ids import (
+    EXCHANGE_BIND,
+    EXCHANGE_DECLARE,
+    EXCHANGE_DELETE,
+    EXCHANGE_UNBIND,
+    QUEUE_BIND,
+    QUEUE_DECLARE,
+    QUEUE_DELETE,
+    QUEUE_PURGE,
+    QUEUE_UNBIND,
+)
 from starlight_py.gateway.authorization import ALLOW_ALL, AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.message_copies import has_own_topics
@@ -110,8 +121,8 @@ class TopologyMethods:
         method: commands.Queue.Purge,
         reply: Reply,
     ) -> None:
-        name = self._queue_name(ctx, session, _text(method.queue), (50, 30))
-        await ctx.access.check_queue(Access.READ, name, (50, 30))
+        name = self._queue_name(ctx, session, _text(method.queue), QUEUE_PURGE)
+        await ctx.access.check_queue(Access.READ, name, QUEUE_PURGE)
         count = await self._run(self.service.purge_queue, ctx.vhost, ctx.namespace, name, ctx.owner)
         if not method.nowait:
             reply(commands.Queue.PurgeOk(count))
@@ -124,10 +135,10 @@ class TopologyMethods:
         reply: Reply,
     ) -> None:
         name = _text(method.exchange)
-        check_not_default_exchange(name, (40, 10))
+        check_not_default_exchange(name, EXCHANGE_DECLARE)
         if not method.passive:
-            await ctx.access.check_exchange(Access.CONFIGURE, name, (40, 10))
-            await self._check_argument_exchange(ctx, method.arguments, name, (40, 10))
+            await ctx.access.check_exchange(Access.CONFIGURE, name, EXCHANGE_DECLARE)
+            await self._check_argument_exchange(ctx, method.arguments, name, EXCHANGE_DECLARE)
             check_exchange_type(_text(method.exchange_type))
         wanted = Exchange(
             name,
@@ -150,7 +161,7 @@ class TopologyMethods:
     ) -> None:
         name = _text(method.exchange)
         check_exchange_deletable(name, ctx.vhost)
-        await ctx.access.check_exchange(Access.CONFIGURE, name, (40, 20))
+        await ctx.access.check_exchange(Access.CONFIGURE, name, EXCHANGE_DELETE)
         await self._run(self.flush_publishes)
         await self._run(self.service.delete_exchange, ctx.vhost, name, bool(method.if_unused))
         if not method.nowait:
@@ -190,7 +201,7 @@ class TopologyMethods:
         passive = bool(method.passive)
         arguments = dict(method.arguments or {})
         if passive:
-            name = self._queue_name(ctx, session, name, (50, 10))
+            name = self._queue_name(ctx, session, name, QUEUE_DECLARE)
         elif not name:
             if is_stream(arguments):
                 raise server_named_refused()
@@ -198,8 +209,8 @@ class TopologyMethods:
         else:
             check_queue_name_declarable(name)
         if not passive:
-            await ctx.access.check_queue(Access.CONFIGURE, name, (50, 10))
-            await self._check_argument_exchange(ctx, arguments, name, (50, 10))
+            await ctx.access.check_queue(Access.CONFIGURE, name, QUEUE_DECLARE)
+            await self._check_argument_exchange(ctx, arguments, name, QUEUE_DECLARE)
         exclusive = bool(method.exclusive)
         wanted = Queue(
             name,
@@ -234,8 +245,8 @@ class TopologyMethods:
         method: commands.Queue.Delete,
         reply: Reply,
     ) -> None:
-        name = self._queue_name(ctx, session, _text(method.queue), (50, 40))
-        await ctx.access.check_queue(Access.CONFIGURE, name, (50, 40))
+        name = self._queue_name(ctx, session, _text(method.queue), QUEUE_DELETE)
+        await ctx.access.check_queue(Access.CONFIGURE, name, QUEUE_DELETE)
         session.deleting.add(name)
         try:
             count = await self._run(
@@ -270,12 +281,12 @@ class TopologyMethods:
         reply: Reply,
     ) -> None:
         exchange = _text(method.exchange)
-        queue = self._queue_name(ctx, session, _text(method.queue), (50, 20))
+        queue = self._queue_name(ctx, session, _text(method.queue), QUEUE_BIND)
         # RabbitMQ's order: write on the queue, the default exchange, read on the exchange.
-        await ctx.access.check_queue(Access.WRITE, queue, (50, 20))
+        await ctx.access.check_queue(Access.WRITE, queue, QUEUE_BIND)
         if exchange == DEFAULT_EXCHANGE:
-            raise AccessRefused("operation not permitted on the default exchange", (50, 20))
-        await ctx.access.check_exchange(Access.READ, exchange, (50, 20))
+            raise AccessRefused("operation not permitted on the default exchange", QUEUE_BIND)
+        await ctx.access.check_exchange(Access.READ, exchange, QUEUE_BIND)
         routing_key, arguments = _text(method.routing_key), dict(method.arguments or {})
         await self._run(
             self.service.bind,
@@ -299,10 +310,10 @@ class TopologyMethods:
         reply: Reply,
     ) -> None:
         exchange = _text(method.exchange)
-        queue = self._queue_name(ctx, session, _text(method.queue), (50, 50))
-        await ctx.access.check_queue(Access.WRITE, queue, (50, 50))
-        check_not_default_exchange(exchange, (50, 50))
-        await ctx.access.check_exchange(Access.READ, exchange, (50, 50))
+        queue = self._queue_name(ctx, session, _text(method.queue), QUEUE_UNBIND)
+        await ctx.access.check_queue(Access.WRITE, queue, QUEUE_UNBIND)
+        check_not_default_exchange(exchange, QUEUE_UNBIND)
+        await ctx.access.check_exchange(Access.READ, exchange, QUEUE_UNBIND)
         await self._run(self.flush_publishes)
         routing_key, arguments = _text(method.routing_key), dict(method.arguments or {})
         await self._run(
@@ -324,7 +335,7 @@ class TopologyMethods:
         """(destination, source, routing key, arguments) of an exchange.bind or unbind,
         after RabbitMQ's checks in its order: write on the destination, neither may be the
         default exchange, read on the source."""
-        ids = (40, 30) if isinstance(method, commands.Exchange.Bind) else (40, 40)
+        ids = EXCHANGE_BIND if isinstance(method, commands.Exchange.Bind) else EXCHANGE_UNBIND
         destination, source = _text(method.destination), _text(method.source)
         await ctx.access.check_exchange(Access.WRITE, destination, ids)
         if DEFAULT_EXCHANGE in (destination, source):

@@ -7,6 +7,7 @@ import logging
 import trio
 
 from starlight_py.amqp.errors import InternalError, NotAllowed
+from starlight_py.amqp.method_ids import CONNECTION_OPEN
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.model.namespaces import InvalidVhostName, NamespaceName, NamespaceRules
 
@@ -30,7 +31,7 @@ class VhostResolver:
         try:
             namespace = self.rules.namespace_for(vhost)
         except InvalidVhostName as e:
-            raise NotAllowed(f"vhost '{vhost}' not found: {e}", (10, 40)) from e
+            raise NotAllowed(f"vhost '{vhost}' not found: {e}", CONNECTION_OPEN) from e
         await self.check_namespace(vhost, namespace)
         return namespace
 
@@ -49,17 +50,17 @@ class VhostResolver:
                         f"vhost '{vhost}' not found: Pulsar namespace {namespace} does not "
                         f"exist (create the vhost: starlight-admin vhost create {vhost!r}; "
                         "or set amqpAutoCreateNamespaces=true)",
-                        (10, 40),
+                        CONNECTION_OPEN,
                     )
                 await trio.to_thread.run_sync(
                     self.admin.create_namespace, namespace.tenant, namespace.namespace
                 )
                 log.info("created Pulsar namespace %s for vhost %r", namespace, vhost)
         except BackendUnavailable as e:
-            raise InternalError(f"cannot open vhost '{vhost}': {e}", (10, 40)) from e
+            raise InternalError(f"cannot open vhost '{vhost}': {e}", CONNECTION_OPEN) from e
         except PulsarAdminError as e:
             raise NotAllowed(
                 f"vhost '{vhost}' not usable: Pulsar refused namespace {namespace}: {e}",
-                (10, 40),
+                CONNECTION_OPEN,
             ) from e
         self._known.add(namespace)

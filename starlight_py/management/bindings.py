@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from starlight_py.admin import inventory
 from starlight_py.admin.context import ADMIN_OWNER
+from starlight_py.amqp.method_ids import QUEUE_BIND, QUEUE_UNBIND
 from starlight_py.management.api import NO_CONTENT, Answer, ApiCall
 from starlight_py.management.errors import ObjectNotFound
 from starlight_py.management.messages import exchange_name
@@ -108,7 +109,7 @@ def create_binding(call: ApiCall) -> Answer:
     body = call.body()
     routing_key = str(body.get("routing_key", ""))
     arguments = arguments_of(body)
-    check_not_default_exchange(source, (50, 20))
+    check_not_default_exchange(source, QUEUE_BIND)
     resource = ResourceKind.QUEUE if kind == "queue" else ResourceKind.EXCHANGE
     call.user.require(record.name, Access.WRITE, resource, destination)
     call.user.require(record.name, Access.READ, ResourceKind.EXCHANGE, source)
@@ -141,7 +142,7 @@ def delete_binding(call: ApiCall) -> Answer:
     record, binding = _one(call)
     shaped = binding.shaped
     source, destination, key = shaped["source"], shaped["destination"], shaped["routing_key"]
-    check_not_default_exchange(source, (50, 50))
+    check_not_default_exchange(source, QUEUE_UNBIND)
     to_queue = shaped["destination_type"] == "queue"
     resource = ResourceKind.QUEUE if to_queue else ResourceKind.EXCHANGE
     call.user.require(record.name, Access.WRITE, resource, destination)

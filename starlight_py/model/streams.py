@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlight_py.amqp.errors import NotImplementedMethod, PreconditionFailed
+from starlight_py.amqp.method_ids import BASIC_CONSUME, BASIC_GET, QUEUE_DECLARE, QUEUE_PURGE
 from starlight_py.model.positions import MessageIdRecord
 
 STREAM_QUEUE_TYPE = "stream"
@@ -100,22 +101,22 @@ def check_stream_declare(
             raise PreconditionFailed(
                 f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}' of queue type "
                 f"{STREAM_TYPE_NAME}",
-                (50, 10),
+                QUEUE_DECLARE,
             )
     for refused, prop in ((exclusive, "exclusive-owner"), (auto_delete, "auto-delete")):
         if refused:
             raise PreconditionFailed(
-                f"invalid property '{prop}' for queue '{name}' in vhost '{vhost}'", (50, 10)
+                f"invalid property '{prop}' for queue '{name}' in vhost '{vhost}'", QUEUE_DECLARE
             )
     if not durable:
         raise PreconditionFailed(
-            f"invalid property 'non-durable' for queue '{name}' in vhost '{vhost}'", (50, 10)
+            f"invalid property 'non-durable' for queue '{name}' in vhost '{vhost}'", QUEUE_DECLARE
         )
 
 
 def server_named_refused() -> PreconditionFailed:
     return PreconditionFailed(
-        f"Cannot declare a server-named queue for type {STREAM_TYPE_NAME}", (50, 10)
+        f"Cannot declare a server-named queue for type {STREAM_TYPE_NAME}", QUEUE_DECLARE
     )
 
 
@@ -126,13 +127,13 @@ def _queue_text(name: str, vhost: str) -> str:
 def get_refused(name: str, vhost: str) -> NotImplementedMethod:
     """basic.get on a stream: RabbitMQ closes the connection with 540."""
     return NotImplementedMethod(
-        f"basic.get not supported by stream queues {_queue_text(name, vhost)}", (60, 70)
+        f"basic.get not supported by stream queues {_queue_text(name, vhost)}", BASIC_GET
     )
 
 
 def purge_refused(name: str, vhost: str) -> NotImplementedMethod:
     return NotImplementedMethod(
-        f"queue.purge not supported by stream queues {_queue_text(name, vhost)}", (50, 30)
+        f"queue.purge not supported by stream queues {_queue_text(name, vhost)}", QUEUE_PURGE
     )
 
 
@@ -149,12 +150,12 @@ def check_stream_consume(name: str, vhost: str, prefetch: int, no_ack: bool) -> 
     (406, a channel error), then manual acknowledgement (540, a connection error)."""
     if prefetch <= 0:
         raise PreconditionFailed(
-            f"consumer prefetch count is not set for '{_queue_text(name, vhost)}'", (60, 20)
+            f"consumer prefetch count is not set for '{_queue_text(name, vhost)}'", BASIC_CONSUME
         )
     if no_ack:
         raise NotImplementedMethod(
             f"automatic acknowledgement not supported by stream queues {_queue_text(name, vhost)}",
-            (60, 20),
+            BASIC_CONSUME,
         )
 
 
@@ -251,7 +252,7 @@ def _invalid_offset(name: str, vhost: str, kind: str, shown: str) -> Preconditio
     return PreconditionFailed(
         f"invalid arg '{OFFSET_ARGUMENT}' for {_queue_text(name, vhost)}: "
         f"{{invalid_stream_offset_arg,{{{kind},{shown}}}}}",
-        (60, 20),
+        BASIC_CONSUME,
     )
 
 

@@ -19,6 +19,12 @@ from starlight_py.amqp.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
+from starlight_py.amqp.method_ids import (
+    EXCHANGE_DECLARE,
+    EXCHANGE_DELETE,
+    QUEUE_BIND,
+    QUEUE_DECLARE,
+)
 from starlight_py.model.streams import (
     check_stream_declare,
     duration_seconds,
@@ -95,7 +101,7 @@ class Exchange:
                 raise PreconditionFailed(
                     f"inequivalent arg '{arg}' for exchange '{self.name}' in vhost '{vhost}': "
                     f"received '{received}' but current is '{current}'",
-                    (40, 10),
+                    EXCHANGE_DECLARE,
                 )
         _check_args_equivalent(
             "exchange",
@@ -104,7 +110,7 @@ class Exchange:
             (ALTERNATE_EXCHANGE_ARGUMENT, DELAYED_TYPE_ARGUMENT),
             other.arguments,
             self.arguments,
-            (40, 10),
+            EXCHANGE_DECLARE,
         )
 
 
@@ -121,7 +127,7 @@ class Queue:
     def check_equivalent(self, other: Queue, vhost: str) -> None:
         """Raises PreconditionFailed when `other` (a redeclaration) differs from this one."""
         if other.exclusive != self.exclusive:
-            raise queue_locked(self.name, vhost, (50, 10))
+            raise queue_locked(self.name, vhost, QUEUE_DECLARE)
         pairs = (
             ("durable", other.durable, self.durable),
             ("auto_delete", other.auto_delete, self.auto_delete),
@@ -131,7 +137,7 @@ class Queue:
                 raise PreconditionFailed(
                     f"inequivalent arg '{arg}' for queue '{self.name}' in vhost '{vhost}': "
                     f"received '{_bool(received)}' but current is '{_bool(current)}'",
-                    (50, 10),
+                    QUEUE_DECLARE,
                 )
         _check_args_equivalent(
             "queue",
@@ -140,7 +146,7 @@ class Queue:
             tuple(QUEUE_ARGUMENTS),
             other.arguments,
             self.arguments,
-            (50, 10),
+            QUEUE_DECLARE,
         )
 
 
@@ -241,29 +247,30 @@ def check_exchange_name_creatable(name: str) -> None:
     exchange may be redeclared equivalently, as on RabbitMQ)."""
     if name.startswith(RESERVED_PREFIX):
         raise AccessRefused(
-            f"exchange name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'", (40, 10)
+            f"exchange name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'",
+            EXCHANGE_DECLARE,
         )
 
 
 def check_exchange_deletable(name: str, vhost: str) -> None:
-    check_not_default_exchange(name, (40, 20))
+    check_not_default_exchange(name, EXCHANGE_DELETE)
     if name.startswith(RESERVED_PREFIX):
         raise AccessRefused(
-            f"deletion of system exchange '{name}' in vhost '{vhost}' not allowed", (40, 20)
+            f"deletion of system exchange '{name}' in vhost '{vhost}' not allowed", EXCHANGE_DELETE
         )
 
 
 def check_queue_name_declarable(name: str) -> None:
     if name.startswith(RESERVED_PREFIX):
         raise AccessRefused(
-            f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'", (50, 10)
+            f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'", QUEUE_DECLARE
         )
 
 
 def check_exchange_type(type_name: str) -> None:
     """Raises CommandInvalid (503, a connection error as in RabbitMQ) for unknown types."""
     if type_name not in EXCHANGE_TYPES:
-        raise CommandInvalid(f"unknown exchange type '{type_name}'", (40, 10))
+        raise CommandInvalid(f"unknown exchange type '{type_name}'", EXCHANGE_DECLARE)
 
 
 def validate_exchange(exchange: Exchange, vhost: str) -> None:
@@ -276,7 +283,7 @@ def validate_exchange(exchange: Exchange, vhost: str) -> None:
         raise PreconditionFailed(
             f"invalid type '{wire_type(alternate)}' for arg '{ALTERNATE_EXCHANGE_ARGUMENT}' in "
             f"exchange '{exchange.name}' in vhost '{vhost}'",
-            (40, 10),
+            EXCHANGE_DECLARE,
         )
     if not exchange.delays_messages:
         return
@@ -284,15 +291,15 @@ def validate_exchange(exchange: Exchange, vhost: str) -> None:
     if not isinstance(delayed_type, str | bytes):
         raise PreconditionFailed(
             f"Invalid argument, '{DELAYED_TYPE_ARGUMENT}' must be an existing exchange type",
-            (40, 10),
+            EXCHANGE_DECLARE,
         )
     if _text(delayed_type) == DELAYED_EXCHANGE_TYPE:
         raise PreconditionFailed(
             f"Invalid argument, '{DELAYED_TYPE_ARGUMENT}' can't be '{DELAYED_EXCHANGE_TYPE}'",
-            (40, 10),
+            EXCHANGE_DECLARE,
         )
     if _text(delayed_type) not in ROUTING_EXCHANGE_TYPES:
-        raise CommandInvalid(f"unknown exchange type '{_text(delayed_type)}'", (40, 10))
+        raise CommandInvalid(f"unknown exchange type '{_text(delayed_type)}'", EXCHANGE_DECLARE)
 
 
 # RabbitMQ's delayed-message plugin reads the delay from this header, in milliseconds.
@@ -404,7 +411,7 @@ def validate_queue_arguments(name: str, vhost: str, arguments: Mapping[str, Any]
         raise PreconditionFailed(
             f"invalid type '{wire_type(dead_letter_exchange)}' for arg 'x-dead-letter-exchange' "
             f"in queue '{name}' in vhost '{vhost}'",
-            (50, 10),
+            QUEUE_DECLARE,
         )
     for key, check in QUEUE_ARGUMENTS.items():
         if key not in arguments:
@@ -418,7 +425,8 @@ def validate_queue_arguments(name: str, vhost: str, arguments: Mapping[str, Any]
             problem = "routing_key_but_no_dlx_defined"
         if problem is not None:
             raise PreconditionFailed(
-                f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {problem}", (50, 10)
+                f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {problem}",
+                QUEUE_DECLARE,
             )
 
 
@@ -450,12 +458,12 @@ def validate_binding_arguments(exchange: Exchange, arguments: Mapping[str, Any])
         raise PreconditionFailed(
             f"Invalid x-match field type {wire_type(value)} (value {_show(value)}); "
             "expected longstr",
-            (50, 20),
+            QUEUE_BIND,
         )
     text = value.decode() if isinstance(value, bytes) else value
     if text not in HEADERS_MATCH_VALUES:
         raise PreconditionFailed(
             f'Invalid x-match field value <<"{text}">>; expected all, any, all-with-x, '
             "or any-with-x",
-            (50, 20),
+            QUEUE_BIND,
         )

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from starlight_py.amqp.errors import NotFound
+from starlight_py.amqp.method_ids import EXCHANGE_BIND
 from starlight_py.metadata.cache import name_of
 from starlight_py.metadata.records import (
     BindingSet,
@@ -41,8 +42,6 @@ from starlight_py.topology.errors import TopologyConflict
 
 log = logging.getLogger("starlight.topology")
 
-EXCHANGE_BIND = (40, 30)
-EXCHANGE_UNBIND = (40, 40)
 MAX_ATTEMPTS = 20
 
 

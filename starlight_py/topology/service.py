@@ -26,6 +26,16 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from starlight_py.amqp.errors import AccessRefused, NotFound, PreconditionFailed
+from starlight_py.amqp.method_ids import (
+    BASIC_CONSUME,
+    EXCHANGE_DECLARE,
+    EXCHANGE_DELETE,
+    QUEUE_BIND,
+    QUEUE_DECLARE,
+    QUEUE_DELETE,
+    QUEUE_PURGE,
+    QUEUE_UNBIND,
+)
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.metadata.ephemeral import EphemeralNodes
@@ -309,7 +319,7 @@ class TopologyService:
         found = self.get_exchange(vhost, wanted.name)
         if passive:
             if found is None:
-                raise NotFound(f"no exchange '{wanted.name}' in vhost '{vhost}'", (40, 10))
+                raise NotFound(f"no exchange '{wanted.name}' in vhost '{vhost}'", EXCHANGE_DECLARE)
             return
         if found is None:
             check_exchange_name_creatable(wanted.name)
@@ -347,7 +357,9 @@ class TopologyService:
             bound = self.zk.children(self.paths.exchange_bound(vhost, name))
             in_use = bound or self.exchange_bindings.in_use_as_source(vhost, name)
             if in_use and if_unused:
-                raise PreconditionFailed(f"exchange '{name}' in vhost '{vhost}' in use", (40, 20))
+                raise PreconditionFailed(
+                    f"exchange '{name}' in vhost '{vhost}' in use", EXCHANGE_DELETE
+                )
             ops: list[Op] = []
             retired: list[RetiredSubscription] = []
             for child in bound:
@@ -396,9 +408,9 @@ class TopologyService:
                 return QueueCounts(0, 0)
             found = self.get_queue(vhost, wanted.name)
         if found is None:
-            raise NotFound(f"no queue '{wanted.name}' in vhost '{vhost}'", (50, 10))
+            raise NotFound(f"no queue '{wanted.name}' in vhost '{vhost}'", QUEUE_DECLARE)
         queue: Queue = found[0]
-        self._check_owner(vhost, queue, owner, (50, 10))
+        self._check_owner(vhost, queue, owner, QUEUE_DECLARE)
         if not passive:
             queue.check_equivalent(wanted, vhost)
             validate_queue_arguments(wanted.name, vhost, wanted.arguments)
@@ -690,7 +702,7 @@ class TopologyService:
             if found is None:
                 return 0 if still_abandoned is None else None
             queue, version = found
-            self._check_owner(vhost, queue, owner, (50, 40))
+            self._check_owner(vhost, queue, owner, QUEUE_DELETE)
             extra_ops = self._queue_children_ops(vhost, name, still_abandoned is None)
             if extra_ops is None or (still_abandoned is not None and not still_abandoned(queue)):
                 return None  # in use again
@@ -701,9 +713,11 @@ class TopologyService:
                 vhost, namespace, name, (queue, self._with_draining(sets, draining))
             )[0]
             if if_unused and counts.consumer_count:
-                raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use", (50, 40))
+                raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use", QUEUE_DELETE)
             if if_empty and counts.message_count:
-                raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' not empty", (50, 40))
+                raise PreconditionFailed(
+                    f"queue '{name}' in vhost '{vhost}' not empty", QUEUE_DELETE
+                )
             ops: list[Op] = []
             retired = []
             for binding_set, set_version in sets:
@@ -795,7 +809,7 @@ class TopologyService:
         others = [c for c in present if c != mine]
         if others and (exclusive or any(c.endswith(_EXCLUSIVE_SEGMENT) for c in others)):
             raise AccessRefused(
-                f"queue '{queue.name}' in vhost '{vhost}' in exclusive use", (60, 20)
+                f"queue '{queue.name}' in vhost '{vhost}' in exclusive use", BASIC_CONSUME
             )
         data = self.ephemerals.owner_id.encode()
         for _ in range(2):
@@ -808,7 +822,7 @@ class TopologyService:
                 # A queue made before consumers were recorded: add the directory.
                 if self.get_queue(vhost, queue.name) is None:
                     raise NotFound(
-                        f"no queue '{queue.name}' in vhost '{vhost}'", (60, 20)
+                        f"no queue '{queue.name}' in vhost '{vhost}'", BASIC_CONSUME
                     ) from None
                 with contextlib.suppress(NodeAlreadyExists):
                     self.zk.create(self.paths.queue_consumers(vhost, queue.name))
@@ -829,7 +843,7 @@ class TopologyService:
             path = self.zk.create_sequential(f"{base}/c-", data)
         except NodeMissing:
             if self.get_queue(vhost, queue) is None:
-                raise NotFound(f"no queue '{queue}' in vhost '{vhost}'", (60, 20)) from None
+                raise NotFound(f"no queue '{queue}' in vhost '{vhost}'", BASIC_CONSUME) from None
             with contextlib.suppress(NodeAlreadyExists):
                 self.zk.create(base)
             path = self.zk.create_sequential(f"{base}/c-", data)
@@ -916,8 +930,8 @@ class TopologyService:
         """Drop the ready messages of a queue; returns how many: the ready count of the
         stats read just before for a subscription skipped whole, the messages actually taken
         for one drained. Raises NotFound, ResourceLocked."""
-        queue = self._require_queue(vhost, name, (50, 30))
-        self._check_owner(vhost, queue, owner, (50, 30))
+        queue = self._require_queue(vhost, name, QUEUE_PURGE)
+        self._check_owner(vhost, queue, owner, QUEUE_PURGE)
         if is_stream(queue.arguments):
             raise purge_refused(name, vhost)
         purged = 0
@@ -987,9 +1001,9 @@ class TopologyService:
 
         def attempt() -> None:
             # With both missing RabbitMQ reports the exchange.
-            exchange = self._require_exchange(vhost, exchange_name, (50, 20))
-            queue = self._require_queue(vhost, queue_name, (50, 20))
-            self._check_owner(vhost, queue, owner, (50, 20))
+            exchange = self._require_exchange(vhost, exchange_name, QUEUE_BIND)
+            queue = self._require_queue(vhost, queue_name, QUEUE_BIND)
+            self._check_owner(vhost, queue, owner, QUEUE_BIND)
             validate_binding_arguments(exchange, arguments)
             topic = naming.exchange_topic(
                 namespace, exchange.name, exchange.routing_type, routing_key
@@ -1065,8 +1079,10 @@ class TopologyService:
             if isinstance(e.cause, NodeMissing):
                 # The queue or the exchange went away meanwhile: answer as if it never was.
                 if e.index == 0:
-                    raise NotFound(f"no queue '{queue.name}' in vhost '{vhost}'", (50, 20)) from e
-                raise NotFound(f"no exchange '{exchange.name}' in vhost '{vhost}'", (50, 20)) from e
+                    raise NotFound(f"no queue '{queue.name}' in vhost '{vhost}'", QUEUE_BIND) from e
+                raise NotFound(
+                    f"no exchange '{exchange.name}' in vhost '{vhost}'", QUEUE_BIND
+                ) from e
             if isinstance(e.cause, NodeAlreadyExists):
                 raise _Retry from e
             raise
@@ -1103,7 +1119,7 @@ class TopologyService:
             active = binding_set.active_entries
             if not any(e.same_binding(routing_key, arguments) for e in active):
                 return
-            self._check_owner(vhost, queue, owner, (50, 50))
+            self._check_owner(vhost, queue, owner, QUEUE_UNBIND)
             end = self.admin.last_message_id(
                 naming.TopicName(namespace, binding_set.subscription_topic)
             )
