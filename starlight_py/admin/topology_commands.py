@@ -19,6 +19,7 @@ from starlight_py.admin.parsing import (
 )
 from starlight_py.model import naming
 from starlight_py.model.streams import is_stream
+from starlight_py.model.text import as_text
 from starlight_py.model.topology import DEFAULT_EXCHANGE, EXCHANGE_TYPES, Exchange, Queue
 
 
@@ -159,7 +160,7 @@ def list_queues(ctx: AdminContext, args: argparse.Namespace) -> Table:
         rows.append(
             (
                 queue.name,
-                _text(queue.arguments.get("x-queue-type", "classic")),
+                as_text(queue.arguments.get("x-queue-type", "classic")),
                 ready,
                 unacked,
                 consumer_count,
@@ -185,10 +186,6 @@ def list_queues(ctx: AdminContext, args: argparse.Namespace) -> Table:
         ),
         rows,
     )
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def declare_queue(ctx: AdminContext, args: argparse.Namespace) -> Report:

@@ -11,6 +11,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from starlight_py.auth.errors import AuthenticationFailed
+from starlight_py.model.text import as_text
 
 PRINCIPAL_SOURCES = ("cn", "san_dns", "san_email")
 
@@ -29,7 +30,7 @@ def certificate_principal(der: bytes, source: str = "cn") -> str:
     except ValueError as e:
         raise CertificateIdentityMissing(f"client certificate is unreadable: {e}") from e
     if source == "cn":
-        names = [_text(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+        names = [as_text(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     else:
         kind: type[x509.DNSName] | type[x509.RFC822Name] = (
             x509.DNSName if source == "san_dns" else x509.RFC822Name
@@ -46,7 +47,3 @@ def certificate_principal(der: bytes, source: str = "cn") -> str:
             f"client certificate '{cert.subject.rfc4514_string()}' has no {source} identity"
         )
     return names[0]
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from pamqp import decode
 
+from starlight_py.model.text import as_text
+
 
 class MalformedResponse(ValueError):
     """The start-ok response does not have the shape its mechanism requires."""
@@ -38,11 +40,7 @@ def parse_amqplain(response: bytes) -> Credentials:
     login, password = table.get("LOGIN"), table.get("PASSWORD")
     if not isinstance(login, str | bytes) or not isinstance(password, str | bytes):
         raise MalformedResponse("AMQPLAIN response needs LOGIN and PASSWORD strings")
-    return Credentials(_text(login), _text(password))
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return Credentials(as_text(login), as_text(password))
 
 
 def parse_credentials(mechanism: str, response: bytes) -> Credentials:

@@ -56,13 +56,13 @@ def _key_value(data: memoryview) -> tuple[str, str]:
     for number, field in _fields(data):
         if isinstance(field, memoryview):
             if number == _KEY:
-                key = _text(field)
+                key = _utf8(field)
             elif number == _VALUE:
-                value = _text(field)
+                value = _utf8(field)
     return key, value
 
 
-def _text(data: memoryview) -> str:
+def _utf8(data: memoryview) -> str:
     try:
         return bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:

@@ -103,7 +103,7 @@ class DecodedMessage:
         return f"DecodedMessage({self.exchange!r}, {self.routing_key!r}, {len(self.body)} bytes)"
 
 
-def _text(value: Any) -> str:
+def _property_text(value: Any) -> str:
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", "replace")
     if isinstance(value, datetime.datetime):
@@ -155,9 +155,9 @@ def _readable(properties: commands.Basic.Properties, raw_properties: bytes) -> d
     for name in _READABLE:
         value = getattr(properties, name, None)
         if value is not None:
-            result[f"amqp.{name}"] = _text(value)
+            result[f"amqp.{name}"] = _property_text(value)
     for key, value in (properties.headers or {}).items():
-        result[HEADER_PREFIX + key] = _text(value)
+        result[HEADER_PREFIX + key] = _property_text(value)
     return result
 
 

@@ -24,13 +24,10 @@ from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.publishing import Publisher
 from starlight_py.gateway.topology_methods import VhostContext, resolve_queue_name
 from starlight_py.model.permissions import Access
+from starlight_py.model.text import as_text
 from starlight_py.ops.metrics import ProxyMetrics
 
 Handler = Callable[["MessageFlow", ChannelSession, Any], Awaitable[None] | None]
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")
 
 
 class MessageFlow:
@@ -137,7 +134,7 @@ class MessageFlow:
         self._execute(session)
 
     async def _consume(self, session: ChannelSession, method: commands.Basic.Consume) -> None:
-        queue = resolve_queue_name(self.ctx, session, _text(method.queue), BASIC_CONSUME)
+        queue = resolve_queue_name(self.ctx, session, as_text(method.queue or ""), BASIC_CONSUME)
         await self.ctx.access.check_queue(Access.READ, queue, BASIC_CONSUME)
         await self.consumers.consume(
             session,
@@ -150,13 +147,13 @@ class MessageFlow:
         )
 
     async def _cancel(self, session: ChannelSession, method: commands.Basic.Cancel) -> None:
-        tag = _text(method.consumer_tag)
+        tag = as_text(method.consumer_tag or "")
         await self.consumers.cancel(session, tag)
         if not method.nowait:
             session.core.write_method(commands.Basic.CancelOk(tag))
 
     async def _get(self, session: ChannelSession, method: commands.Basic.Get) -> None:
-        queue = resolve_queue_name(self.ctx, session, _text(method.queue), BASIC_GET)
+        queue = resolve_queue_name(self.ctx, session, as_text(method.queue or ""), BASIC_GET)
         await self.ctx.access.check_queue(Access.READ, queue, BASIC_GET)
         await self._published(session)
         await self.consumers.get(session, queue, bool(method.no_ack))

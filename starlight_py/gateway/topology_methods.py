@@ -34,6 +34,7 @@ from starlight_py.metadata.routing_barrier import RoutingBarrier
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.permissions import Access
 from starlight_py.model.streams import is_stream, server_named_refused
+from starlight_py.model.text import as_text
 from starlight_py.model.topology import (
     DEFAULT_EXCHANGE,
     Exchange,
@@ -61,10 +62,6 @@ class VhostContext:
     exclusive_queues: set[str] = field(default_factory=set)
     # The user's permissions in the vhost (ALLOW_ALL when authentication is disabled).
     access: AccessControl = ALLOW_ALL
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value or "")
 
 
 def resolve_queue_name(
@@ -121,7 +118,7 @@ class TopologyMethods:
         method: commands.Queue.Purge,
         reply: Reply,
     ) -> None:
-        name = self._queue_name(ctx, session, _text(method.queue), QUEUE_PURGE)
+        name = self._queue_name(ctx, session, as_text(method.queue or ""), QUEUE_PURGE)
         await ctx.access.check_queue(Access.READ, name, QUEUE_PURGE)
         count = await self._run(self.service.purge_queue, ctx.vhost, ctx.namespace, name, ctx.owner)
         if not method.nowait:
@@ -134,15 +131,15 @@ class TopologyMethods:
         method: commands.Exchange.Declare,
         reply: Reply,
     ) -> None:
-        name = _text(method.exchange)
+        name = as_text(method.exchange or "")
         check_not_default_exchange(name, EXCHANGE_DECLARE)
         if not method.passive:
             await ctx.access.check_exchange(Access.CONFIGURE, name, EXCHANGE_DECLARE)
             await self._check_argument_exchange(ctx, method.arguments, name, EXCHANGE_DECLARE)
-            check_exchange_type(_text(method.exchange_type))
+            check_exchange_type(as_text(method.exchange_type or ""))
         wanted = Exchange(
             name,
-            _text(method.exchange_type),
+            as_text(method.exchange_type or ""),
             bool(method.durable),
             bool(method.auto_delete),
             bool(method.internal),
@@ -159,7 +156,7 @@ class TopologyMethods:
         method: commands.Exchange.Delete,
         reply: Reply,
     ) -> None:
-        name = _text(method.exchange)
+        name = as_text(method.exchange or "")
         check_exchange_deletable(name, ctx.vhost)
         await ctx.access.check_exchange(Access.CONFIGURE, name, EXCHANGE_DELETE)
         await self._run(self.flush_publishes)
@@ -183,7 +180,7 @@ class TopologyMethods:
             await ctx.access.check_queue(Access.READ, name, method)
         else:
             await ctx.access.check_exchange(Access.READ, name, method)
-        await ctx.access.check_exchange(Access.WRITE, _text(target), method)
+        await ctx.access.check_exchange(Access.WRITE, as_text(target or ""), method)
 
     def _queue_name(
         self, ctx: VhostContext, session: ChannelSession, name: str, method: tuple[int, int]
@@ -197,7 +194,7 @@ class TopologyMethods:
         method: commands.Queue.Declare,
         reply: Reply,
     ) -> None:
-        name = _text(method.queue)
+        name = as_text(method.queue or "")
         passive = bool(method.passive)
         arguments = dict(method.arguments or {})
         if passive:
@@ -245,7 +242,7 @@ class TopologyMethods:
         method: commands.Queue.Delete,
         reply: Reply,
     ) -> None:
-        name = self._queue_name(ctx, session, _text(method.queue), QUEUE_DELETE)
+        name = self._queue_name(ctx, session, as_text(method.queue or ""), QUEUE_DELETE)
         await ctx.access.check_queue(Access.CONFIGURE, name, QUEUE_DELETE)
         session.deleting.add(name)
         try:
@@ -280,14 +277,14 @@ class TopologyMethods:
         method: commands.Queue.Bind,
         reply: Reply,
     ) -> None:
-        exchange = _text(method.exchange)
-        queue = self._queue_name(ctx, session, _text(method.queue), QUEUE_BIND)
+        exchange = as_text(method.exchange or "")
+        queue = self._queue_name(ctx, session, as_text(method.queue or ""), QUEUE_BIND)
         # RabbitMQ's order: write on the queue, the default exchange, read on the exchange.
         await ctx.access.check_queue(Access.WRITE, queue, QUEUE_BIND)
         if exchange == DEFAULT_EXCHANGE:
             raise AccessRefused("operation not permitted on the default exchange", QUEUE_BIND)
         await ctx.access.check_exchange(Access.READ, exchange, QUEUE_BIND)
-        routing_key, arguments = _text(method.routing_key), dict(method.arguments or {})
+        routing_key, arguments = as_text(method.routing_key or ""), dict(method.arguments or {})
         await self._run(
             self.service.bind,
             ctx.vhost,
@@ -309,13 +306,13 @@ class TopologyMethods:
         method: commands.Queue.Unbind,
         reply: Reply,
     ) -> None:
-        exchange = _text(method.exchange)
-        queue = self._queue_name(ctx, session, _text(method.queue), QUEUE_UNBIND)
+        exchange = as_text(method.exchange or "")
+        queue = self._queue_name(ctx, session, as_text(method.queue or ""), QUEUE_UNBIND)
         await ctx.access.check_queue(Access.WRITE, queue, QUEUE_UNBIND)
         check_not_default_exchange(exchange, QUEUE_UNBIND)
         await ctx.access.check_exchange(Access.READ, exchange, QUEUE_UNBIND)
         await self._run(self.flush_publishes)
-        routing_key, arguments = _text(method.routing_key), dict(method.arguments or {})
+        routing_key, arguments = as_text(method.routing_key or ""), dict(method.arguments or {})
         await self._run(
             self.service.unbind,
             ctx.vhost,
@@ -336,12 +333,12 @@ class TopologyMethods:
         after RabbitMQ's checks in its order: write on the destination, neither may be the
         default exchange, read on the source."""
         ids = EXCHANGE_BIND if isinstance(method, commands.Exchange.Bind) else EXCHANGE_UNBIND
-        destination, source = _text(method.destination), _text(method.source)
+        destination, source = as_text(method.destination or ""), as_text(method.source or "")
         await ctx.access.check_exchange(Access.WRITE, destination, ids)
         if DEFAULT_EXCHANGE in (destination, source):
             raise AccessRefused("operation not permitted on the default exchange", ids)
         await ctx.access.check_exchange(Access.READ, source, ids)
-        return destination, source, _text(method.routing_key), dict(method.arguments or {})
+        return destination, source, as_text(method.routing_key or ""), dict(method.arguments or {})
 
     async def _exchange_bind(
         self,

@@ -18,6 +18,8 @@ from typing import Any
 
 from pamqp import commands
 
+from starlight_py.model.text import as_text
+
 REJECTED = "rejected"
 EXPIRED = "expired"
 DELIVERY_LIMIT = "delivery_limit"
@@ -28,10 +30,6 @@ FIRST_DEATH_QUEUE = "x-first-death-queue"
 FIRST_DEATH_EXCHANGE = "x-first-death-exchange"
 # Publishers add routing keys with these headers (RabbitMQ's sender-selected distribution).
 CC_HEADER = "CC"
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
 
 
 def _is_int(value: Any) -> bool:
@@ -57,8 +55,8 @@ class MessagePolicy:
         exchange = arguments.get("x-dead-letter-exchange")
         key = arguments.get("x-dead-letter-routing-key")
         return cls(
-            _text(exchange) if isinstance(exchange, str | bytes) else None,
-            _text(key) if isinstance(key, str | bytes) else None,
+            as_text(exchange) if isinstance(exchange, str | bytes) else None,
+            as_text(key) if isinstance(key, str | bytes) else None,
             _non_negative(arguments.get("x-message-ttl")),
             _non_negative(arguments.get("x-delivery-limit")),
         )
@@ -78,13 +76,13 @@ def message_expiration_ms(expiration: str | bytes | None) -> int | None:
     absent or not a non-negative integer (RabbitMQ refuses those at publish)."""
     if expiration is None or expiration_problem(expiration) is not None:
         return None
-    return int(_text(expiration))
+    return int(as_text(expiration))
 
 
 def expiration_problem(expiration: str | bytes) -> str | None:
     """Why RabbitMQ refuses an `expiration` property at publish (406 "invalid expiration
     '...': <this>"), in its words; None for a valid one (digits, maybe signed)."""
-    text = _text(expiration)
+    text = as_text(expiration)
     sign = 1 if text[:1] != "-" else -1
     digits = text[1:] if text[:1] in "+-" and text else text
     count = len(digits) - len(digits.lstrip("0123456789"))
@@ -168,12 +166,12 @@ class Death:
 def death_routing_keys(routing_key: str, headers: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The routing keys x-death records: the message's own plus its `CC` header's."""
     cc = (headers or {}).get(CC_HEADER)
-    extra = [_text(k) for k in cc if isinstance(k, str | bytes)] if isinstance(cc, list) else []
+    extra = [as_text(k) for k in cc if isinstance(k, str | bytes)] if isinstance(cc, list) else []
     return (routing_key, *extra)
 
 
 def _same(value: Any, text: str) -> bool:
-    return isinstance(value, str | bytes) and _text(value) == text
+    return isinstance(value, str | bytes) and as_text(value) == text
 
 
 def _count(value: Any) -> int:
@@ -238,7 +236,7 @@ def dead_lettered_properties(
     `expiration` (removed, recorded in x-death as `original-expiration`), headers as
     `dead_lettered_headers` makes them."""
     expiration = properties.expiration
-    original = _text(expiration) if expiration is not None else None
+    original = as_text(expiration) if expiration is not None else None
     return commands.Basic.Properties(
         content_type=properties.content_type,
         content_encoding=properties.content_encoding,

@@ -63,7 +63,7 @@ def _positive(value: Any) -> bool:
     return _is_int(value) and value > 0
 
 
-def _text(value: Any) -> bool:
+def _is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
@@ -77,9 +77,9 @@ def _queue_mode(value: Any) -> bool:
 
 # key -> (is the value valid, RabbitMQ's text for one that is not).
 DEFINITION_KEYS: dict[str, tuple[Any, str]] = {
-    "alternate-exchange": (_text, "is not a valid alternate exchange name"),
-    "dead-letter-exchange": (_text, "is not a valid dead letter exchange name"),
-    "dead-letter-routing-key": (_text, "is not a valid dead letter routing key"),
+    "alternate-exchange": (_is_text, "is not a valid alternate exchange name"),
+    "dead-letter-exchange": (_is_text, "is not a valid dead letter exchange name"),
+    "dead-letter-routing-key": (_is_text, "is not a valid dead letter routing key"),
     "message-ttl": (_non_negative, "is not a valid message TTL"),
     "expires": (_positive, "is not a valid queue expiry"),
     "max-length": (_non_negative, "is not a valid maximum length"),

@@ -69,7 +69,7 @@ _UNIT_SECONDS = {
 }
 
 
-def _text(value: Any) -> str | None:
+def _text_or_none(value: Any) -> str | None:
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", "replace")
     return value if isinstance(value, str) else None
@@ -77,7 +77,7 @@ def _text(value: Any) -> str | None:
 
 def is_stream(arguments: Mapping[str, Any]) -> bool:
     """Whether queue arguments declare a stream queue."""
-    return _text(arguments.get("x-queue-type")) == STREAM_QUEUE_TYPE
+    return _text_or_none(arguments.get("x-queue-type")) == STREAM_QUEUE_TYPE
 
 
 def duration_seconds(text: str) -> int | None:
@@ -176,7 +176,7 @@ class StreamRetention:
         a stream that keeps everything."""
         if not is_stream(arguments):
             return None
-        age_text = _text(arguments.get("x-max-age"))
+        age_text = _text_or_none(arguments.get("x-max-age"))
         age = duration_seconds(age_text) if age_text is not None else None
         size = arguments.get("x-max-length-bytes")
         max_bytes = size if isinstance(size, int) and not isinstance(size, bool) else None
@@ -237,7 +237,7 @@ def stream_start(value: Any, name: str, vhost: str, now_ms: int) -> StreamStart:
     if isinstance(value, datetime.datetime):
         moment = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
         return StreamStart("time", time_ms=int(moment.timestamp() * 1000))
-    text = _text(value)
+    text = _text_or_none(value)
     if text is None:
         raise _invalid_offset(name, vhost, type(value).__name__, str(value))
     if text in ("first", "last", "next"):

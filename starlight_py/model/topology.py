@@ -30,6 +30,7 @@ from starlight_py.model.streams import (
     duration_seconds,
     is_stream,
 )
+from starlight_py.model.text import as_text
 
 FieldTable = dict[str, Any]
 
@@ -56,10 +57,6 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
-
-
 @dataclass(frozen=True)
 class Exchange:
     name: str
@@ -74,7 +71,7 @@ class Exchange:
         """The type whose rules route this exchange's messages and name its topics: the
         type itself, or the `x-delayed-type` of an x-delayed-message exchange."""
         if self.type == DELAYED_EXCHANGE_TYPE:
-            return _text(self.arguments.get(DELAYED_TYPE_ARGUMENT, ""))
+            return as_text(self.arguments.get(DELAYED_TYPE_ARGUMENT, ""))
         return self.type
 
     @property
@@ -86,7 +83,7 @@ class Exchange:
     def alternate_exchange(self) -> str | None:
         """Where messages it cannot route go (its `alternate-exchange` argument)."""
         value = self.arguments.get(ALTERNATE_EXCHANGE_ARGUMENT)
-        return _text(value) if isinstance(value, str | bytes) else None
+        return as_text(value) if isinstance(value, str | bytes) else None
 
     def check_equivalent(self, other: Exchange, vhost: str) -> None:
         """Raises PreconditionFailed when `other` (a redeclaration) differs from this one."""
@@ -293,13 +290,13 @@ def validate_exchange(exchange: Exchange, vhost: str) -> None:
             f"Invalid argument, '{DELAYED_TYPE_ARGUMENT}' must be an existing exchange type",
             EXCHANGE_DECLARE,
         )
-    if _text(delayed_type) == DELAYED_EXCHANGE_TYPE:
+    if as_text(delayed_type) == DELAYED_EXCHANGE_TYPE:
         raise PreconditionFailed(
             f"Invalid argument, '{DELAYED_TYPE_ARGUMENT}' can't be '{DELAYED_EXCHANGE_TYPE}'",
             EXCHANGE_DECLARE,
         )
-    if _text(delayed_type) not in ROUTING_EXCHANGE_TYPES:
-        raise CommandInvalid(f"unknown exchange type '{_text(delayed_type)}'", EXCHANGE_DECLARE)
+    if as_text(delayed_type) not in ROUTING_EXCHANGE_TYPES:
+        raise CommandInvalid(f"unknown exchange type '{as_text(delayed_type)}'", EXCHANGE_DECLARE)
 
 
 # RabbitMQ's delayed-message plugin reads the delay from this header, in milliseconds.
