@@ -651,7 +651,13 @@ class PulsarAdmin:
             self._counts_plugin = bool(self.message_backlogs) or self.has_message_backlogs()
         if not self._counts_plugin:
             return None
-        answer = self._plugin_counts(topic)
+        try:
+            answer = self._plugin_counts(topic)
+        except PulsarAdminError as e:
+            # The plugin failed on this topic (say, while it moves between brokers): the
+            # stats endpoint answers instead, as for a count in entries.
+            log.debug("counts of %s from the stats: the backlog plugin failed (%s)", topic, e)
+            return None
         if not answer:
             return None if answer is None else {}  # cannot count / no such topic
         try:

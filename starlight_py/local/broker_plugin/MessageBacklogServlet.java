@@ -291,20 +291,28 @@ public class MessageBacklogServlet extends HttpServlet {
      *  executor, which runs every add (the counter moves as an add starts) and every add's
      *  completion (the last confirmed entry moves as it ends) as whole tasks: with no add
      *  pending there, the counter is exactly the last confirmed entry's. */
-    private static long lastThrough(ManagedLedgerImpl ledger, Position last) throws Exception {
+    private static long lastThrough(ManagedLedgerImpl ledger, Position last) {
         if (!(ledger.getManagedLedgerInterceptor() instanceof ManagedLedgerInterceptorImpl)) {
             return -1;
         }
         ManagedLedgerInterceptorImpl interceptor =
                 (ManagedLedgerInterceptorImpl) ledger.getManagedLedgerInterceptor();
-        long through = CompletableFuture.supplyAsync(() -> {
-            if (ledger.getPendingAddEntriesCount() != 0
-                    || !last.equals(ledger.getLastConfirmedEntry())) {
-                return -1L;
-            }
-            long index = interceptor.getIndex();
-            return index < 0 ? -1L : index + 1;
-        }, ledger.getExecutor()).get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+        long through;
+        try {
+            through = CompletableFuture.supplyAsync(() -> {
+                if (ledger.getPendingAddEntriesCount() != 0
+                        || !last.equals(ledger.getLastConfirmedEntry())) {
+                    return -1L;
+                }
+                long index = interceptor.getIndex();
+                return index < 0 ? -1L : index + 1;
+            }, ledger.getExecutor()).get(READ_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return -1;
+        } catch (Exception e) {
+            return -1; // a ledger closing (the topic moving): the entry is read instead
+        }
         if (through > 0) {
             remember(ledger.getName() + "|" + last, through);
         }
