@@ -51,15 +51,17 @@ class KeptConnections:
 
     def get(self, url: str, headers: dict[str, str], timeout: float) -> HttpAnswer:
         """The answer to GET `url`, redirects followed; any status (an error status is the
-        caller's to judge). Raises OSError (ssl.SSLError included) and
-        http.client.HTTPException when no answer came."""
-        for _ in range(MAX_REDIRECTS + 1):
-            answer = self._get_once(url, headers, timeout)
+        caller's to judge; a redirect when they went on past MAX_REDIRECTS, as between
+        brokers that each think the other owns a moving topic). Raises OSError
+        (ssl.SSLError included) and http.client.HTTPException when no answer came."""
+        answer = self._get_once(url, headers, timeout)
+        for _ in range(MAX_REDIRECTS):
             location = answer.headers.get("Location")
             if answer.status not in _REDIRECTS or not location:
                 return answer
             url = urljoin(url, location)
-        raise http.client.HTTPException(f"more than {MAX_REDIRECTS} redirects, the last to {url}")
+            answer = self._get_once(url, headers, timeout)
+        return answer
 
     def close(self) -> None:
         with self._lock:

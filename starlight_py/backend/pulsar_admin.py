@@ -22,7 +22,7 @@ from urllib.parse import quote, unquote_plus
 
 from starlight_py.backend.batch_payload import batch_properties
 from starlight_py.backend.broker_auth import BrokerAuth, BrokerAuthError, BrokerClientSettings
-from starlight_py.backend.kept_http import KeptConnections
+from starlight_py.backend.kept_http import MAX_REDIRECTS, KeptConnections
 from starlight_py.config import ConfigError, StarlightConfig
 from starlight_py.model.counts import QueueFlow
 from starlight_py.model.naming import TopicName, quote_path_segment
@@ -353,6 +353,10 @@ class PulsarAdmin:
             )
             self._refusals.report(message)
             raise PulsarAuthenticationRefused(message)
+        if 300 <= answer.status < 400:
+            raise PulsarAdminError(
+                answer.status, f"redirected more than {MAX_REDIRECTS} times (a topic moving?)"
+            )
         if answer.status >= 400:
             reason = http.client.responses.get(answer.status, "error")
             raise PulsarAdminError(answer.status, _reason_in(answer.body, reason))
@@ -828,8 +832,9 @@ def _flag(value: bool) -> str:
 
 def topic_moving(error: PulsarAdminError) -> bool:
     """Whether Pulsar refused because the topic has no owner for the moment (its bundle is
-    being split or unloaded): asking again shortly after works."""
-    if error.status == 503:
+    being split or unloaded), or its brokers sent the request back and forth meanwhile:
+    asking again shortly after works."""
+    if error.status in (503, 307, 308):
         return True
     return error.status == 412 and "owner" in str(error).lower()
 

@@ -80,3 +80,31 @@ def test_a_topic_that_stays_without_an_owner_is_refused_after_a_while(
     # Waits of 0.05 and 0.1 s fit in 0.3 s, the next 0.2 does not: at most three requests
     # (two when the machine is slow to answer).
     assert handler.requests in (["GET"] * 2, ["GET"] * 3)
+
+
+class PingPongBroker(MovingBroker):
+    """Sends the first `loops` requests back to itself (as two brokers that each think the
+    other owns a moving topic), then answers."""
+
+    loops = 0
+
+    def do_GET(self) -> None:
+        if type(self).loops > 0:
+            type(self).loops -= 1
+            self.requests.append("GET")
+            self.send_response(307)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_GET()
+
+
+def test_a_read_sent_back_and_forth_is_asked_again() -> None:
+    handler = type("ThisBroker", (PingPongBroker,), {"refusals": [], "requests": []})
+    handler.loops = pulsar_admin.MAX_REDIRECTS + 1  # one whole read's redirects
+    with serving(handler) as url:
+        admin = PulsarAdmin(url, timeout=2)
+        admin.message_backlogs = False
+        assert admin.subscription_stats(TOPIC)["q1"].backlog == 3
+    assert handler.requests == ["GET"] * (pulsar_admin.MAX_REDIRECTS + 2)
