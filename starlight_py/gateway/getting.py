@@ -252,9 +252,7 @@ class Getters:
         recent = topology.recent_held_messages(vhost, queue, OTHERS_HELD_AGE)
         if recent is not None:
             return recent
-        held: int = await trio.to_thread.run_sync(
-            topology.held_messages, vhost, queue, OTHERS_HELD_AGE
-        )
+        held: int = await trio.to_thread.run_sync(topology.held_messages, vhost, queue)
         return held
 
     async def _usable_record(self, session: ChannelSession, queue: str) -> Queue:

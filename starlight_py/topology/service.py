@@ -565,22 +565,15 @@ class TopologyService:
         """The queue's AMQP consumers on every proxy (their ZooKeeper registrations)."""
         return len(self.zk.children(self.paths.queue_consumers(vhost, name)))
 
-    def held_messages(self, vhost: str, name: str, others_max_age: float = 0.0) -> int:
+    def held_messages(self, vhost: str, name: str) -> int:
         """AMQP deliveries of the queue not yet acknowledged, on every proxy: this
         process's own exactly, the others' as they wrote them (at most FLUSH_INTERVAL old).
-        `others_max_age`: the others' sum as read from ZooKeeper up to this many seconds
-        ago (a poller's gets then read it a few times a second, not on every get)."""
-        if others_max_age > 0:
-            recent = self.recent_held_messages(vhost, name, others_max_age)
-            if recent is not None:
-                return recent
-        own_total = self.local_held(vhost, name) if self.local_held is not None else 0
-        key = (vhost, name)
+        The others' sum is kept for `recent_held_messages`."""
         others = self._held_by_others(vhost, name)
         if len(self._others_held) >= 10_000:
             self._others_held.clear()
-        self._others_held[key] = (time.monotonic(), others)
-        return own_total + others
+        self._others_held[(vhost, name)] = (time.monotonic(), others)
+        return self._own_held(vhost, name) + others
 
     def recent_held_messages(self, vhost: str, name: str, others_max_age: float) -> int | None:
         """`held_messages` when the others' sum was read at most `others_max_age` seconds
@@ -588,7 +581,10 @@ class TopologyService:
         read = self._others_held.get((vhost, name))
         if read is None or time.monotonic() - read[0] > others_max_age:
             return None
-        return (self.local_held(vhost, name) if self.local_held is not None else 0) + read[1]
+        return self._own_held(vhost, name) + read[1]
+
+    def _own_held(self, vhost: str, name: str) -> int:
+        return self.local_held(vhost, name) if self.local_held is not None else 0
 
     def _held_by_others(self, vhost: str, name: str) -> int:
         own = segment(self.ephemerals.owner_id) if self.local_held is not None else None
