@@ -3,6 +3,7 @@ its place in a single-active queue's line (the core's `Consumer.link`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from starlight_py.backend.pulsar_client import ConsumerHandle, ReceivedMessage
@@ -61,3 +62,39 @@ class ConsumerLink:
     @property
     def cancelled(self) -> bool:
         return self.core is None or self.core.cancelled
+
+
+class LinkSet:
+    """A connection's consumers, found by queue too: a change to one queue's bindings
+    looks at that queue's consumers, not at every consumer of the connection."""
+
+    def __init__(self) -> None:
+        self._links: set[ConsumerLink] = set()
+        self._by_queue: dict[str, set[ConsumerLink]] = {}
+
+    def add(self, link: ConsumerLink) -> None:
+        self._links.add(link)
+        self._by_queue.setdefault(link.queue, set()).add(link)
+
+    def discard(self, link: ConsumerLink) -> None:
+        self._links.discard(link)
+        same = self._by_queue.get(link.queue)
+        if same is not None:
+            same.discard(link)
+            if not same:
+                del self._by_queue[link.queue]
+
+    def of_queues(self, queues: set[str] | frozenset[str] | None) -> list[ConsumerLink]:
+        """The consumers of `queues` (None: every consumer), as a list taken now."""
+        if queues is None:
+            return list(self._links)
+        return [link for queue in queues for link in self._by_queue.get(queue, ())]
+
+    def __iter__(self) -> Iterator[ConsumerLink]:
+        return iter(self._links)
+
+    def __contains__(self, link: object) -> bool:
+        return link in self._links
+
+    def __len__(self) -> int:
+        return len(self._links)

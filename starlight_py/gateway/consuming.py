@@ -51,7 +51,7 @@ from starlight_py.core.consumer import Consumer, Deliverable
 from starlight_py.gateway.batch_requeues import BatchRequeues
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.consumer_link import ConsumerLink
+from starlight_py.gateway.consumer_link import ConsumerLink, LinkSet
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.delivery_plans import (
     current_binding_set,
@@ -119,7 +119,7 @@ class Consumers:
         # Tell the client its consumer was cancelled (basic.cancel from the server), when it
         # understands consumer_cancel_notify.
         self.notify_cancel = notify_cancel
-        self.links: set[ConsumerLink] = set()
+        self.links = LinkSet()
         self.sources = QueueSources(ctx, cache, topology)
         self.getters = Getters(self)
         # Requeues of batch messages wait for the rest of their entry (batch_requeues.py).
@@ -294,8 +294,8 @@ class Consumers:
         """Subscribe consumers of `queues` (None: of every queue) to bindings added after
         they started; cancel (with basic.cancel, as RabbitMQ does with
         consumer_cancel_notify) consumers whose queue was deleted."""
-        for link in list(self.links):
-            if link.cancelled or (queues is not None and link.queue not in queues):
+        for link in self.links.of_queues(queues):
+            if link.cancelled:
                 continue
             if self.cache.queue(self.ctx.vhost, link.queue) is None:
                 still = await trio.to_thread.run_sync(
@@ -349,8 +349,8 @@ class Consumers:
         so that their basic.cancel is written before the deleting channel's delete-ok, as
         RabbitMQ orders them (a client that re-declares on the cancel has done so before it
         uses the queue again). Closing their Pulsar consumers follows."""
-        for link in list(self.links):
-            if link.queue == queue and not link.cancelled and link.session is not spare:
+        for link in self.links.of_queues({queue}):
+            if not link.cancelled and link.session is not spare:
                 self._cancel_now(link)
                 self.spawn(self._finish_server_cancel, link)
 

@@ -11,7 +11,7 @@ from starlight_py.backend.message_codec import DecodedMessage
 from starlight_py.backend.pulsar_client import PulsarBackend, ReceivedMessage
 from starlight_py.core.commands import Command
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.consumer_link import ConsumerLink
+from starlight_py.gateway.consumer_link import ConsumerLink, LinkSet
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.queue_sources import QueueSources
 from starlight_py.gateway.topology_methods import VhostContext
@@ -28,7 +28,7 @@ class ConsumingServices(Protocol):
     dead_letters: DeadLetters
     sources: QueueSources
     prefix: str  # consumer names' prefix on this proxy
-    links: set[ConsumerLink]
+    links: LinkSet
     kick: Callable[[], None]
     spawn: Callable[..., None]
     # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).

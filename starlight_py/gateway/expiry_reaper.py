@@ -70,6 +70,11 @@ RETRY = 2.0  # s: after Pulsar or ZooKeeper failed a look
 PARALLEL = 8  # queues looked at at once
 
 
+def _may_expire(arguments: dict[str, object]) -> bool:
+    """A queue whose messages can expire on their own, or go somewhere when they do."""
+    return "x-message-ttl" in arguments or "x-dead-letter-exchange" in arguments
+
+
 @dataclass
 class _Watch:
     vhost: str
@@ -117,7 +122,10 @@ class ExpiryReaper:
         self._leading = False  # as of the last refresh
         self.watch_lead = watch_lead
         self._lead_changed = False  # the candidates changed since the lead was last asked
-        self._seen_changes = -1  # the cache's change count the watches were last made from
+        # What changed in the topology since the watches were last made: every queue
+        # (`_refresh_all`) or the queues in `_touched`.
+        self._refresh_all = True
+        self._touched: set[tuple[str, str]] = set()
 
     # ---- from publishers (trio thread) ---------------------------------------------------------
 
@@ -144,7 +152,7 @@ class ExpiryReaper:
                     self._watch_lead, self.watch_lead, trio.lowlevel.current_trio_token()
                 )
             asked = float("-inf")  # when the lead was last asked for
-            self._seen_changes = -1
+            self._refresh_all = True
             while True:
                 now = trio.current_time()
                 refresh = REFRESH if self.watch_lead is None else REFRESH_WATCHED
@@ -152,11 +160,10 @@ class ExpiryReaper:
                     self._lead_changed = False
                     leading = await self._ask_lead()
                     if leading != self._leading:
-                        self._seen_changes = -1  # the queues to watch change with the lead
+                        self._refresh_all = True  # the queues to watch change with the lead
                     self._leading = leading
                     asked = now
-                if self._seen_changes != self.cache.changes:
-                    self._seen_changes = self.cache.changes
+                if self._refresh_all or self._touched:
                     self._refresh(now)
                 for watch in list(self._watches.values()):
                     if not watch.busy and watch.due <= now:
@@ -191,15 +198,18 @@ class ExpiryReaper:
         """Wake the loop when the topology changes (a queue with a TTL declared, a policy
         set), instead of looking at the cache every few tenths of a second."""
 
-        def changed(_touched: QueueChange) -> None:  # on kazoo's thread
+        def changed(touched: QueueChange) -> None:  # on the watched tree's thread
             with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(self._topology_changed)
+                token.run_sync_soon(self._topology_changed, touched)
 
         self.cache.on_change(changed)
 
-    def _topology_changed(self) -> None:
-        if self.cache.changes != self._seen_changes:
-            self._wakeup.set()
+    def _topology_changed(self, touched: QueueChange) -> None:
+        if touched is None:
+            self._refresh_all = True
+        else:
+            self._touched.add(touched)
+        self._wakeup.set()
 
     def _candidates_changed(self) -> None:
         self._lead_changed = True
@@ -216,21 +226,29 @@ class ExpiryReaper:
 
     def _refresh(self, now: float) -> None:
         """The leader watches every queue with a TTL or a dead-letter exchange; others keep
-        only what they were hinted. Deleted queues are dropped."""
-        wanted: set[tuple[str, str]] = set()
-        if self._leading:
-            for vhost, queue in self.cache.queues():
-                arguments = queue.arguments
-                if "x-message-ttl" in arguments or "x-dead-letter-exchange" in arguments:
-                    wanted.add((vhost, queue.name))
-        for key, watch in list(self._watches.items()):
-            if watch.busy:
+        only what they were hinted. Deleted queues are dropped. Only the queues touched
+        since the last refresh are looked at, unless every queue may have changed (a
+        policy, a vhost, the lead)."""
+        if self._refresh_all:
+            self._refresh_all = False
+            self._touched = set()
+            keys: set[tuple[str, str]] = set(self._watches)
+            if self._leading:
+                keys.update((vhost, queue.name) for vhost, queue in self.cache.queues())
+        else:
+            keys, self._touched = self._touched, set()
+        for key in keys:
+            watch = self._watches.get(key)
+            if watch is not None and watch.busy:
+                self._touched.add(key)  # looked at again once its look is over
                 continue
-            if self.cache.queue(*key) is None or (key not in wanted and not watch.hinted):
+            queue = self.cache.queue(*key)
+            wanted = self._leading and queue is not None and _may_expire(queue.arguments)
+            if watch is None:
+                if wanted:
+                    self._watches[key] = _Watch(key[0], key[1], now)
+            elif queue is None or (not wanted and not watch.hinted):
                 del self._watches[key]
-        for key in wanted:
-            if key not in self._watches:
-                self._watches[key] = _Watch(key[0], key[1], now)
 
     async def _look(self, watch: _Watch) -> None:
         # `due` is inf from when the look was scheduled: a hint meanwhile lowers it.

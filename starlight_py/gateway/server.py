@@ -286,7 +286,7 @@ async def serve(
         await _connect_metadata(services.zookeeper, shutdown)
         await _warn_if_pulsar_unreachable(services, shutdown)
         async with trio.open_nursery() as nursery:
-            # TreeCache.start blocks until ZooKeeper answers: never keep listeners waiting,
+            # A cache's start blocks until ZooKeeper answers: never keep listeners waiting,
             # and never a shutdown either (the thread is abandoned; stopping the ZooKeeper
             # client below ends it).
             nursery.start_soon(_in_thread_until_cancelled, services.cache.start)

@@ -1,6 +1,7 @@
 """The watched, in-memory copy of the topology that every proxy keeps.
 
-A kazoo TreeCache mirrors `{root}/v1/vhosts`; its events (on kazoo's thread) update plain
+A watched tree (metadata/watched_tree.py) mirrors `{root}/v1/vhosts`; its events (on its
+own thread) update plain
 dictionaries behind a lock, indexed for routing: exchange -> the binding sets that read its
 topics. Routing reads only this cache and never waits on ZooKeeper; declares and binds read
 ZooKeeper itself (they must see the latest state). How fast a change reaches the other
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
-from kazoo.recipe.cache import TreeCache, TreeEvent
+from kazoo.recipe.cache import TreeEvent
 
 from starlight_py.metadata.records import (
     BindingSet,
@@ -35,6 +36,7 @@ from starlight_py.metadata.records import (
     decode,
 )
 from starlight_py.metadata.routing_barrier import ROUTING_VERSION
+from starlight_py.metadata.watched_tree import WatchedTree
 from starlight_py.metadata.zookeeper import ZooKeeperClient, start_tree_cache
 from starlight_py.model import naming
 from starlight_py.model.batch_share import UNBATCHED, queue_share, topic_share
@@ -90,7 +92,7 @@ class TopologyCache:
     def __init__(self, zookeeper: ZooKeeperClient, paths: Paths) -> None:
         self._paths = paths
         self._prefix = paths.vhosts + "/"
-        self._tree = TreeCache(zookeeper.kazoo, paths.vhosts)
+        self._tree = WatchedTree(zookeeper.kazoo, paths.vhosts)
         self._lock = threading.Lock()
         # As declared; `_exchanges` and `_queues` hold them with their policy applied.
         self._declared_exchanges: dict[tuple[str, str], Exchange] = {}
@@ -148,7 +150,7 @@ class TopologyCache:
         self._version_listeners.append(callback)
 
     def _routing_version_seen(self, vhost: str, version: int) -> None:
-        """Kazoo's tree-cache thread: the vhost's routing version is `version`. It is
+        """The watched tree's thread: the vhost's routing version is `version`. It is
         reported once no read of ZooKeeper is in flight: the reads that events before it
         asked for are answered, and their changes applied, first."""
         pending = self._pending_versions
@@ -158,9 +160,7 @@ class TopologyCache:
             self._in_tree_thread(self._report_versions)
 
     def _report_versions(self) -> None:
-        # kazoo's TreeCache keeps the count of its reads in flight privately; without it
-        # (another kazoo), reporting after its queue drained once is the best there is.
-        if getattr(self._tree, "_outstanding_ops", 0) > 0:
+        if self._tree.reads_in_flight() > 0:
             time.sleep(VERSION_CHECK_PAUSE)
             self._in_tree_thread(self._report_versions)
             return
@@ -174,14 +174,10 @@ class TopologyCache:
                     log.exception("routing version listener failed")
 
     def _in_tree_thread(self, call: Callable[[], None]) -> None:
-        queue_task = getattr(self._tree, "_in_background", None)
-        if queue_task is None:
-            call()
-        else:
-            queue_task(call)
+        self._tree.in_background(call)
 
     def on_change(self, callback: Callable[[QueueChange], None]) -> None:
-        """Call `callback(touched)` (on kazoo's thread) after every applied change:
+        """Call `callback(touched)` (on the watched tree's thread) after every applied change:
         `touched` is the (vhost, queue) whose binding sets, retired subscriptions or record
         changed, or None when the change may concern any queue (a vhost, exchange or
         policy)."""
@@ -378,7 +374,7 @@ class TopologyCache:
                 self._changed.wait(min(left, WAIT_RECHECK))
         return True
 
-    # ---- events (kazoo's thread) ------------------------------------------------------------
+    # ---- events (the watched tree's thread) ----------------------------------------------
 
     def _on_event(self, event: Any) -> None:
         if event.event_type == TreeEvent.INITIALIZED:

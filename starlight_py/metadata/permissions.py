@@ -15,7 +15,7 @@ import logging
 import threading
 from typing import Any
 
-from kazoo.recipe.cache import TreeCache, TreeEvent
+from kazoo.recipe.cache import TreeEvent
 
 from starlight_py.metadata.cache import name_of
 from starlight_py.metadata.records import (
@@ -25,6 +25,7 @@ from starlight_py.metadata.records import (
     decode,
     encode,
 )
+from starlight_py.metadata.watched_tree import WatchedTree
 from starlight_py.metadata.zookeeper import (
     MetadataUnavailable,
     NodeAlreadyExists,
@@ -118,20 +119,21 @@ def _record(data: bytes) -> PermissionRecord:
 class PermissionCache:
     """The watched, in-memory copy of every permission, for the gateway.
 
-    A kazoo TreeCache mirrors `{root}/v1/permissions`, so checking a publish or a consume is
-    a dictionary lookup that never waits on ZooKeeper. A change made with `PermissionStore`
-    on any proxy reaches every proxy's cache as soon as ZooKeeper delivers the watch (a few
-    milliseconds on a healthy ensemble). While ZooKeeper is away the cache keeps the last
-    permissions it saw. `read` asks ZooKeeper itself (gateway/authorization.py does before
-    refusing, so a grant works at once even before its watch has fired).
+    A watched tree (metadata/watched_tree.py) mirrors `{root}/v1/permissions`, so checking
+    a publish or a consume is a dictionary lookup that never waits on ZooKeeper. A change
+    made with `PermissionStore` on any proxy reaches every proxy's cache as soon as
+    ZooKeeper delivers the watch (a few milliseconds on a healthy ensemble). While
+    ZooKeeper is away the cache keeps the last permissions it saw. `read` asks ZooKeeper
+    itself (gateway/authorization.py does before refusing, so a grant works at once even
+    before its watch has fired).
 
-    Thread-safe: events arrive on kazoo's thread, reads come from any thread.
+    Thread-safe: events arrive on the watched tree's thread, reads come from any thread.
     """
 
     def __init__(self, zk: ZooKeeperClient, paths: Paths) -> None:
         self._store = PermissionStore(zk, paths)
         self._prefix = paths.permissions + "/"
-        self._tree = TreeCache(zk.kazoo, paths.permissions)
+        self._tree = WatchedTree(zk.kazoo, paths.permissions)
         self._lock = threading.Lock()
         self._permissions: dict[tuple[str, str], Permission] = {}
         self.ready = threading.Event()

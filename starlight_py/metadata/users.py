@@ -16,11 +16,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.recipe.cache import TreeCache, TreeEvent
+from kazoo.recipe.cache import TreeEvent
 
 from starlight_py.metadata.cache import name_of
 from starlight_py.metadata.permissions import PermissionStore
 from starlight_py.metadata.records import Paths, RecordError, decode, encode
+from starlight_py.metadata.watched_tree import WatchedTree
 from starlight_py.metadata.zookeeper import (
     MetadataUnavailable,
     NodeAlreadyExists,
@@ -116,10 +117,10 @@ class UserCache:
     counts at once, and fall back on this copy while ZooKeeper is away, so clients keep
     logging in through an outage.
 
-    `on_removed(name)` is called (on kazoo's thread) when a user is deleted, so that the
+    `on_removed(name)` is called (on the watched tree's thread) when a user is deleted, so that the
     proxy closes its connections, as RabbitMQ does.
 
-    Thread-safe: events arrive on kazoo's thread, reads come from any thread.
+    Thread-safe: events arrive on the watched tree's thread, reads come from any thread.
     """
 
     def __init__(
@@ -131,7 +132,7 @@ class UserCache:
         self.on_removed = on_removed
         self._store = UserStore(zk, paths)
         self._prefix = paths.users + "/"
-        self._tree = TreeCache(zk.kazoo, paths.users)
+        self._tree = WatchedTree(zk.kazoo, paths.users)
         self._lock = threading.Lock()
         self._users: dict[str, User] = {}
         self.ready = threading.Event()

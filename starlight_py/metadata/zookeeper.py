@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -27,7 +27,6 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.recipe.cache import TreeCache
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
 
@@ -96,6 +95,11 @@ class Check:
 
 Op = Create | SetData | Delete | Check
 
+
+class Startable(Protocol):
+    def start(self) -> None: ...
+
+
 _TRANSLATED: tuple[tuple[type[Exception], type[Exception]], ...] = (
     (NoNodeError, NodeMissing),
     (NodeExistsError, NodeAlreadyExists),
@@ -111,15 +115,16 @@ def _translate(error: Exception) -> Exception:
     return MetadataUnavailable(f"ZooKeeper error: {type(error).__name__}: {error}")
 
 
-def start_tree_cache(tree: TreeCache, what: str) -> None:
-    """Start a kazoo TreeCache, even when ZooKeeper goes away meanwhile.
+def start_tree_cache(tree: Startable, what: str) -> None:
+    """Start a watched tree (metadata/watched_tree.py), even when ZooKeeper goes away
+    meanwhile.
 
-    `TreeCache.start` registers its session listener first, then makes sure its root exists
-    and reads it; when the connection drops in between (ZooKeeper restarted right then), it
-    raises. The cache is started anyway: its listener reads the whole tree again on
-    reconnection, so it follows ZooKeeper once it is back, as after any other drop.
-    Blocking; raises nothing but a KazooException not due to the connection (programming
-    errors such as starting twice)."""
+    A tree registers its session listener first, then makes sure its root exists and reads
+    it; when the connection drops in between (ZooKeeper restarted right then), it raises.
+    The tree is started anyway: its listener reads the whole tree again on reconnection, so
+    it follows ZooKeeper once it is back, as after any other drop. Blocking; raises nothing
+    but a KazooException not due to the connection (programming errors such as starting
+    twice)."""
     try:
         tree.start()
     except (ConnectionLoss, ConnectionClosedError, SessionExpiredError, KazooTimeoutError) as e:

@@ -138,7 +138,7 @@ def test_rabbitmqs_refusal_texts() -> None:
 
 @pytest.fixture
 def cache() -> Iterator[PermissionCache]:
-    # Never started: building a TreeCache does not connect (as in test_topology_cache.py).
+    # Never started: building a watched tree does not connect (as in test_topology_cache.py).
     zookeeper = ZooKeeperClient("127.0.0.1:1")
     yield PermissionCache(zookeeper, PATHS)
     zookeeper.kazoo.close()

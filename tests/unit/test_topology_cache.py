@@ -1,6 +1,6 @@
 """The watched topology cache, fed by hand: paths and records in, indexes out.
 
-The cache is built on a ZooKeeperClient that is never started (building a kazoo TreeCache
+The cache is built on a ZooKeeperClient that is never started (building a watched tree
 does not connect), so these tests need no ZooKeeper; the integration tests run the same
 cache against a real one (tests/integration/test_topology_cluster.py).
 """

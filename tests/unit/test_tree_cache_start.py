@@ -8,8 +8,8 @@ import logging
 
 import pytest
 from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
-from kazoo.recipe.cache import TreeCache
 
+from starlight_py.metadata.watched_tree import WatchedTree
 from starlight_py.metadata.zookeeper import start_tree_cache
 
 
@@ -52,8 +52,8 @@ def test_a_quiet_start_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
     assert tree.starts == 1 and caplog.text == ""
 
 
-def test_kazoo_registers_its_session_listener_before_it_can_fail() -> None:
+def test_the_tree_registers_its_session_listener_before_it_can_fail() -> None:
     """What makes a failed start safe: the listener that reads the tree again on
     reconnection is in place before the first ZooKeeper call of `start`."""
-    source = inspect.getsource(TreeCache.start)
+    source = inspect.getsource(WatchedTree.start)
     assert source.index("add_listener") < source.index("ensure_path")
