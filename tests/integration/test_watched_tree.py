@@ -203,3 +203,27 @@ def test_a_closed_tree_tells_nothing_more(
         wait_for(lambda: f"{root}/later" in other_mirror.snapshot(), "the second tree hears")
     finally:
         other.close()
+
+
+def test_a_chrooted_client_follows_its_tree(
+    services: ServiceEndpoints, writer: KazooClient
+) -> None:
+    """A ZooKeeper address with a chroot (`host:port/path`): the watch is asked for in the
+    chroot, the events come back without it."""
+    chroot = f"/watched-tree-chroot/{uuid.uuid4().hex}"
+    writer.ensure_path(f"{chroot}/tree")
+    client = KazooClient(hosts=f"{services.zookeeper}{chroot}")
+    client.start(timeout=30)
+    try:
+        tree, mirror = started(client, "/tree")
+        try:
+            writer.create(f"{chroot}/tree/a", b"1")
+            wait_for(lambda: mirror.snapshot().get("/tree/a") == b"1", "a chrooted create")
+            writer.delete(f"{chroot}/tree/a")
+            wait_for(lambda: "/tree/a" not in mirror.snapshot(), "a chrooted delete")
+        finally:
+            tree.close()
+    finally:
+        client.stop()
+        client.close()
+        writer.delete(chroot, recursive=True)
