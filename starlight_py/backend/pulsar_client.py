@@ -118,14 +118,25 @@ READ_BATCH_WAIT_MS = 1
 # ms: pulsar-client's own acknowledgement grouping time (its consumers re-arm a timer this
 # often, whether or not an acknowledgement waits)
 PULSAR_ACK_GROUPING_MS = 100
+# With batching, each this many Pulsar consumers held add pulsar-client's grouping time to
+# that of the consumers made next (up to the configured time): every consumer re-arms its
+# grouping timer each grouping time, busy or not (about 2 µs of pulsar-client's I/O thread
+# each), so that a process holding thousands of consumers would spend tens of ms a second
+# on timers while idle.
+CONSUMERS_PER_GROUPING_STEP = 100
 
 
-def effective_ack_grouping_ms(configured: int, batching: bool) -> int:
-    """The acknowledgement grouping time of the proxy's consumers. With batching, at most
-    pulsar-client's own: a requeued message of a batch entry waits for the grouped
-    acknowledgements of its entry to be sent before it goes back
+def effective_ack_grouping_ms(configured: int, batching: bool, consumers: int = 0) -> int:
+    """The acknowledgement grouping time of the next consumer of a process holding
+    `consumers` Pulsar consumers. With batching, pulsar-client's own while the process
+    holds fewer than CONSUMERS_PER_GROUPING_STEP, one more step of it for each step of
+    consumers, and never above `configured`: a requeued message of a batch entry waits for
+    the grouped acknowledgements of its entry to be sent before it goes back
     (gateway/batch_requeues.py), so the grouping time is how late such a requeue is."""
-    return min(configured, PULSAR_ACK_GROUPING_MS) if batching else configured
+    if not batching:
+        return configured
+    steps = 1 + max(0, consumers) // CONSUMERS_PER_GROUPING_STEP
+    return min(configured, PULSAR_ACK_GROUPING_MS * steps)
 
 
 def _client_version() -> str:
@@ -452,6 +463,10 @@ class ConsumerHandle:
         # Listened (backend/listened.py): the C API's consumer, and its key in the reader.
         self._listened_at = 0
         self._listen_key = 0
+        # ms its acknowledgements are grouped for (gateway/batch_requeues.py waits as long)
+        self.ack_grouping_ms = PULSAR_ACK_GROUPING_MS
+        # Called once when it closes (the backend's count of its consumers).
+        self._on_close: Callable[[], None] | None = None
 
     @property
     def closed(self) -> bool:
@@ -585,6 +600,8 @@ class ConsumerHandle:
                 return
             self._closed = True
         self._gate.set()  # a paused reader wakes up and sees it is closed
+        if self._on_close is not None:
+            self._on_close()
         if self._listen_key:
             listened.READER.unregister(self._listen_key)
         try:
@@ -663,7 +680,9 @@ class PulsarBackend:
         self.batch_max_messages = batch_max_messages
         self.send_timeout_ms = send_timeout_ms
         self._configured_ack_grouping_ms = ack_grouping_ms
-        self.ack_grouping_ms = effective_ack_grouping_ms(ack_grouping_ms, batching)
+        # Pulsar consumers made with a chosen grouping time and not closed yet.
+        self._grouped_consumers = 0
+        self._grouped_lock = threading.Lock()
         security = _client_security(settings) if settings is not None else {}
         self._refusals = RefusalLog()
         self._client = pulsar.Client(
@@ -678,11 +697,29 @@ class PulsarBackend:
             **security,
         )
 
+    @property
+    def ack_grouping_ms(self) -> int:
+        """The acknowledgement grouping time of the next consumer made
+        (`effective_ack_grouping_ms`)."""
+        return effective_ack_grouping_ms(
+            self._configured_ack_grouping_ms, self.batching, self._grouped_consumers
+        )
+
     def stop_batching(self) -> None:
         """Batching off (the brokers cannot take it): producers made from now on write one
         message per entry, and consumers group acknowledgements for the configured time."""
         self.batching = False
-        self.ack_grouping_ms = effective_ack_grouping_ms(self._configured_ack_grouping_ms, False)
+
+    def _count_consumer(self, handle: ConsumerHandle) -> None:
+        """`handle` holds a consumer made with grouping time `handle.ack_grouping_ms`."""
+        with self._grouped_lock:
+            self._grouped_consumers += 1
+
+        def closed() -> None:
+            with self._grouped_lock:
+                self._grouped_consumers -= 1
+
+        handle._on_close = closed
 
     def name_threads(self, topic: TopicName) -> None:
         """Have pulsar-client start its I/O and timer threads from a thread named
@@ -868,6 +905,7 @@ class PulsarBackend:
         handle._wrapper = wrapper
         handle._consumer = raw
         handle._acknowledger = make_acknowledger(raw)
+        handle.ack_grouping_ms = 0
         return handle
 
     def _subscribe_listened(
@@ -877,9 +915,10 @@ class PulsarBackend:
         thread to the process's reader (backend/listened.py)."""
         conf = self._shared_consumer_conf(consumer_name, size)
         key = listened.READER.register(handle, listener)
+        grouping = self.ack_grouping_ms
         try:
-            if self.ack_grouping_ms != PULSAR_ACK_GROUPING_MS:
-                listened.group_acknowledgements(conf, self.ack_grouping_ms)
+            if grouping != PULSAR_ACK_GROUPING_MS:
+                listened.group_acknowledgements(conf, grouping)
             listened.listen(conf, key)
             raw = self._client._client.subscribe(str(handle.topic), handle.subscription, conf)
         except BaseException as e:
@@ -897,6 +936,8 @@ class PulsarBackend:
         handle._wrapper = wrapper
         handle._consumer = raw
         handle._listen_key = key
+        handle.ack_grouping_ms = grouping
+        self._count_consumer(handle)
         try:
             handle._listened_at = checked_consumer_address(raw)
         except NativeFlushUnavailable as e:

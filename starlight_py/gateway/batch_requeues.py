@@ -48,8 +48,10 @@ class BatchRequeues:
     connection; its task runs in the connection's nursery while any wait."""
 
     def __init__(self, grouping: float, spawn: Callable[..., None]) -> None:
-        self._wait = grouping + MARGIN
-        self._check = min(max(self._wait / 4, SHORTEST_CHECK), LONGEST_CHECK)
+        """`grouping`: s, the acknowledgement grouping time of a consumer that does not
+        tell its own (`ack_grouping_ms` of a ConsumerHandle)."""
+        self._grouping = grouping
+        self._check = min(max((grouping + MARGIN) / 4, SHORTEST_CHECK), LONGEST_CHECK)
         self._spawn = spawn
         self._waiting: dict[EntryKey, _Waiting] = {}
         self._running = False
@@ -87,10 +89,16 @@ class BatchRequeues:
                 waiting.clear_since = None
             elif waiting.clear_since is None:
                 waiting.clear_since = now
-            elif now - waiting.clear_since >= self._wait:
+            elif now - waiting.clear_since >= self._wait(handle):
                 del self._waiting[key]
                 for message in waiting.messages:
                     handle.negative_acknowledge(message)
+
+    def _wait(self, handle: Any) -> float:
+        """s an entry of `handle`'s waits once its consumer holds no other message of it."""
+        grouping_ms = getattr(handle, "ack_grouping_ms", None)
+        grouping = self._grouping if grouping_ms is None else grouping_ms / 1000
+        return grouping + MARGIN
 
     async def _run(self) -> None:
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -46,6 +47,9 @@ def settling_time(ack_grouping_ms: int) -> float:
     return ack_grouping_ms / 1000 + SETTLING_MARGIN
 
 
+DEFAULT_SETTLING = settling_time(100)
+
+
 class HeldMessages:
     """This process's unacked deliveries by vhost and queue."""
 
@@ -54,17 +58,23 @@ class HeldMessages:
         zookeeper: ZooKeeperClient,
         paths: Paths,
         ephemerals: EphemeralNodes | None,
-        settling: float = settling_time(100),
+        settling: float | Callable[[], float] = DEFAULT_SETTLING,
     ) -> None:
         """`settling`: how long a settled delivery may still count in Pulsar
-        (`settling_time`)."""
+        (`settling_time`), or what tells it now (the grouping time of the consumers made
+        next follows how many a process holds)."""
         self.zk = zookeeper
-        self.settling_time = settling
+        self._settling = settling
         self.paths = paths
         self.ephemerals = ephemerals
         self.proxy_id = ephemerals.owner_id if ephemerals is not None else ""
         self._by_vhost: dict[str, HeldCounts] = {}
         self._written: dict[tuple[str, str], int] = {}
+
+    @property
+    def settling_time(self) -> float:
+        settling = self._settling
+        return settling() if callable(settling) else settling
 
     def of(self, vhost: str) -> HeldCounts:
         """The (live, shared) counts of a vhost's queues, for its channels' cores."""

@@ -93,7 +93,7 @@ class ProxyServices:
                 self.zookeeper,
                 self.topology.paths,
                 self.ephemerals,
-                settling_time(self.backend.ack_grouping_ms),
+                lambda: settling_time(self.backend.ack_grouping_ms),
             )
             self.topology.local_held = self.held.local
             self.topology.local_settling = self.held.settling

@@ -4,12 +4,16 @@ proxy's own counts take a settled delivery out of Pulsar's backlog."""
 from __future__ import annotations
 
 from starlight_py.backend.pulsar_client import (
+    CONSUMERS_PER_GROUPING_STEP,
     PULSAR_ACK_GROUPING_MS,
+    ConsumerHandle,
     PulsarBackend,
     effective_ack_grouping_ms,
 )
 from starlight_py.config import StarlightConfig
 from starlight_py.gateway.held_messages import settling_time
+from starlight_py.model.namespaces import NamespaceName
+from starlight_py.model.naming import TopicName
 
 
 def test_the_default_groups_for_a_second_without_batching() -> None:
@@ -43,5 +47,36 @@ def test_a_batching_backend_groups_as_pulsar_client_does() -> None:
     made = PulsarBackend("pulsar://127.0.0.1:1")
     try:
         assert made.ack_grouping_ms == 1000
+    finally:
+        made.close()
+
+
+def test_the_grouping_grows_a_step_for_each_step_of_consumers_held() -> None:
+    step = CONSUMERS_PER_GROUPING_STEP
+    assert effective_ack_grouping_ms(1000, True, consumers=0) == 100
+    assert effective_ack_grouping_ms(1000, True, consumers=step - 1) == 100
+    assert effective_ack_grouping_ms(1000, True, consumers=step) == 200
+    assert effective_ack_grouping_ms(1000, True, consumers=10 * step - 1) == 1000
+    # Never above the configured time, nor different without batching.
+    assert effective_ack_grouping_ms(1000, True, consumers=100 * step) == 1000
+    assert effective_ack_grouping_ms(300, True, consumers=100 * step) == 300
+    assert effective_ack_grouping_ms(1000, False, consumers=100 * step) == 1000
+    # Made one after the other, 2,000 consumers re-arm their timers under 4,000 times a
+    # second in all (20,000 with pulsar-client's 100 ms).
+    rate = sum(1000 / effective_ack_grouping_ms(1000, True, n) for n in range(2_000))
+    assert rate < 4_000
+
+
+def test_a_backend_counts_the_consumers_it_holds() -> None:
+    made = PulsarBackend("pulsar://127.0.0.1:1", batching=True)
+    try:
+        namespace = NamespaceName("public", "default")
+        handles = [ConsumerHandle(TopicName(namespace, f"t{i}"), "s") for i in range(250)]
+        for handle in handles:
+            made._count_consumer(handle)
+        assert made.ack_grouping_ms == 300
+        for handle in handles[:151]:
+            handle._on_close()  # type: ignore[misc]
+        assert made.ack_grouping_ms == 100
     finally:
         made.close()

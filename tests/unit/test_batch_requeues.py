@@ -105,3 +105,20 @@ def test_a_chunked_message_goes_back_at_once() -> None:
     made, _ = requeues()
     made.negative_acknowledge(chunked, lambda: [])
     assert handle.sent_back == [chunked]
+
+
+@dataclass
+class GroupingHandle(Handle):
+    ack_grouping_ms: int = 1000
+
+
+def test_a_consumer_that_groups_longer_holds_its_requeues_longer() -> None:
+    handle = GroupingHandle()
+    messages = entry(handle, 2)
+    made, _ = requeues()
+    made.negative_acknowledge(messages[0], lambda: [])
+    made.check(0.0)
+    made.check(GROUPING + MARGIN)  # the default grouping time is not this consumer's
+    assert handle.sent_back == []
+    made.check(1.0 + MARGIN)
+    assert handle.sent_back == [messages[0]]
