@@ -18,6 +18,7 @@ from starlight_py.local import ServiceEndpoints
 from starlight_py.metadata.watched_tree import WatchedTree
 
 WAIT = 20.0  # s
+NODE_EVENTS = (TreeEvent.NODE_ADDED, TreeEvent.NODE_UPDATED, TreeEvent.NODE_REMOVED)
 
 
 class Mirror:
@@ -33,11 +34,7 @@ class Mirror:
         if event.event_type == TreeEvent.INITIALIZED:
             self.initialized.set()
             return
-        if event.event_type not in (
-            TreeEvent.NODE_ADDED,
-            TreeEvent.NODE_UPDATED,
-            TreeEvent.NODE_REMOVED,
-        ):
+        if event.event_type not in NODE_EVENTS:
             return
         path = event.event_data.path
         with self._lock:
@@ -74,22 +71,24 @@ def wait_for(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
-@pytest.fixture
-def writer(services: ServiceEndpoints) -> Iterator[KazooClient]:
+def _client(services: ServiceEndpoints) -> Iterator[KazooClient]:
     client = KazooClient(hosts=services.zookeeper)
     client.start(timeout=30)
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture
+def writer(services: ServiceEndpoints) -> Iterator[KazooClient]:
+    """Makes the changes."""
+    yield from _client(services)
 
 
 @pytest.fixture
 def watcher(services: ServiceEndpoints) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=services.zookeeper)
-    client.start(timeout=30)
-    yield client
-    client.stop()
-    client.close()
+    """The session the tree watches with."""
+    yield from _client(services)
 
 
 @pytest.fixture
