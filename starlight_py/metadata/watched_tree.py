@@ -134,7 +134,7 @@ class WatchedTree:
         self._sync_pending = 0
         self._sync_failed = False
         self._seen: set[str] = set()
-        self.outstanding = 0
+        self._in_flight = 0
         """Reads sent and not yet applied (the tree's thread only)."""
 
     # ---- the TreeCache surface the caches use ----------------------------------------------
@@ -177,7 +177,7 @@ class WatchedTree:
         """Reads sent whose answers are not applied yet."""
         if self._fallback is not None:
             return int(getattr(self._fallback, "_outstanding_ops", 0))
-        return self.outstanding
+        return self._in_flight
 
     @property
     def uses_persistent_watch(self) -> bool:
@@ -243,11 +243,11 @@ class WatchedTree:
         """A request was sent (`result`, kazoo's handle); `then` applies its answer here."""
         if self._fallback is not None:
             return
-        self.outstanding += 1
+        self._in_flight += 1
         result.rawlink(lambda answered: self._tasks.put(partial(self._answer, then, answered)))
 
     def _answer(self, then: Callable[[Any], None], result: Any) -> None:
-        self.outstanding -= 1
+        self._in_flight -= 1
         if self._fallback is None and not self._closed:
             then(result)
 
