@@ -14,6 +14,7 @@ from starlight_py.metadata.records import (
     VhostRecord,
     decode,
 )
+from starlight_py.model import naming
 from starlight_py.model.topology import DEFAULT_EXCHANGE, PREDECLARED_EXCHANGES, Exchange, Queue
 
 PREDECLARED_NAMES = frozenset(name for name, _ in PREDECLARED_EXCHANGES)
@@ -73,8 +74,19 @@ def binding_sets(ctx: AdminContext, vhost: str, queue: str) -> list[BindingSet]:
 
 def bindings(ctx: AdminContext, vhost: str, include_default: bool = True) -> list[Binding]:
     result = []
+    namespace = None
     for queue in queues(ctx, vhost):
-        for binding_set in binding_sets(ctx, vhost, queue.name):
+        sets = binding_sets(ctx, vhost, queue.name)
+        if include_default and not any(b.exchange == DEFAULT_EXCHANGE for b in sets):
+            # Its default-exchange binding is made by the first publish through the default
+            # exchange (topology/default_bindings.py); RabbitMQ lists it all the same.
+            if namespace is None:
+                namespace = ctx.vhost(vhost).namespace
+            topic = naming.exchange_topic(namespace, DEFAULT_EXCHANGE, "direct", queue.name)
+            result.append(
+                Binding(vhost, DEFAULT_EXCHANGE, queue.name, queue.name, {}, topic.local, "")
+            )
+        for binding_set in sets:
             if binding_set.exchange == DEFAULT_EXCHANGE and not include_default:
                 continue
             for entry in binding_set.active_entries:

@@ -28,6 +28,9 @@ def register(commands: Subcommands) -> None:
 
 
 COLUMNS = ("exchange", "routing_key", "topic", "queue", "subscription")
+# A queue's default-exchange subscription is made by the first publish that goes there
+# (docs/mapping.md#queues-and-bindings---subscriptions).
+NOT_MADE_YET = "(made by the first publish)"
 
 
 def list_topics(ctx: AdminContext, args: argparse.Namespace) -> Table:
@@ -61,7 +64,7 @@ def list_topics(ctx: AdminContext, args: argparse.Namespace) -> Table:
                 binding.routing_key,
                 str(naming.TopicName(namespace, binding.topic)),
                 binding.destination,
-                binding.subscription,
+                binding.subscription or NOT_MADE_YET,
             )
         )
     if args.exchange is None:

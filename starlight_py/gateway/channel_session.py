@@ -33,6 +33,10 @@ class ChannelSession:
     # The binding sets the last get of each queue read, by queue: the next get of the queue
     # asks Pulsar for their stats while ZooKeeper confirms them.
     get_sources: dict[str, list[BindingSet]] = field(default_factory=dict)
+    # The process's count of default-exchange bindings made (TopologyService) when
+    # `get_sources` was last emptied: a publish that made one since may have written to a
+    # subscription none of them has (topology/default_bindings.py).
+    get_sources_made: int = 0
     # The topology cache's record of each queue when a get of it last confirmed it in
     # ZooKeeper, with the process's queue deletions then: while both are still what they
     # were, the next get of the queue skips that read (gateway/getting.py).

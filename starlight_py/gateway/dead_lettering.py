@@ -44,6 +44,7 @@ from starlight_py.backend.pulsar_client import (
 )
 from starlight_py.core.held import HeldCounts
 from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.default_binding import default_binding_ready
 from starlight_py.gateway.exchange_routing import (
     follows_bindings,
     route_through_bindings,
@@ -396,6 +397,12 @@ class DeadLetters:
             targets.own_topics,
             targets.exchange_topic_read,
         )
+        if (
+            exchange.name == ""
+            and copies
+            and not await default_binding_ready(self.cache, self.topology, self.ctx, dead_key)
+        ):
+            return False  # the queue went away meanwhile: unroutable
         if not copies:
             return False  # its binding went away meanwhile: unroutable
         pending = _Copies(len(copies), done)

@@ -136,6 +136,9 @@ class Getters:
         topology = consumers.topology
         # Looked up at once rather than one after the other: a poller's get used to take
         # the sum of four ZooKeeper and Pulsar round trips.
+        if session.get_sources_made != topology.default_bindings_made:
+            session.get_sources.clear()
+            session.get_sources_made = topology.default_bindings_made
         last_sets = session.get_sources.get(queue)
         found = await concurrently(
             partial(self._usable_record, session, queue),

@@ -17,6 +17,7 @@ from starlight_py.amqp.errors import AccessRefused, PreconditionFailed
 from starlight_py.amqp.hot_frames import Publish
 from starlight_py.amqp.method_ids import BASIC_PUBLISH
 from starlight_py.backend.message_codec import encode_properties
+from starlight_py.gateway.default_binding import default_binding_ready
 from starlight_py.gateway.message_copies import (
     copy_targets,
     has_own_topics,
@@ -140,6 +141,12 @@ class SlowPlanner:
             targets.own_topics,
             targets.exchange_topic_read,
         )
+        if (
+            target.name == ""
+            and copies
+            and not await default_binding_ready(self.cache, self.topology, self.ctx, routing_key)
+        ):
+            copies = []  # the queue went away meanwhile: unroutable
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
         banded = bool(routed & priorities.keys())
         pre_ack = None if banded else self.pre_ack(target, routing_key, headers, topic)

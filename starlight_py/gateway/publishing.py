@@ -41,6 +41,7 @@ from starlight_py.backend.pulsar_client import (
 )
 from starlight_py.config import MAX_UNCHUNKED_MESSAGE_SIZE
 from starlight_py.gateway.bridge import Batcher
+from starlight_py.gateway.default_binding import has_default_binding
 from starlight_py.gateway.exchange_routing import (
     follows_bindings,
     route_through_bindings,
@@ -269,8 +270,12 @@ class Publisher:
             targets.own_topics,
             targets.exchange_topic_read,
         )
-        if not copies:
-            return False  # routed per the cache, but to no topic it knows: ask ZooKeeper
+        if not copies or (
+            target_exchange.name == "" and not has_default_binding(cache, ctx, routing_key)
+        ):
+            # Routed per the cache, but to no topic it knows (ask ZooKeeper), or to a queue
+            # whose default-exchange binding the first publish makes.
+            return False
         producers = []
         for copy_topic, _ in copies:
             producer = self.producers.peek(copy_topic)

@@ -82,6 +82,11 @@ from starlight_py.model.topology import (
     validate_queue_arguments,
 )
 from starlight_py.topology.background_work import at_once
+from starlight_py.topology.default_bindings import (
+    default_binding_set,
+    made_at_declare,
+    make_default_binding,
+)
 from starlight_py.topology.errors import TopologyConflict
 from starlight_py.topology.exchange_bindings import ExchangeBindings, unique_deletes
 
@@ -160,6 +165,10 @@ class TopologyService:
         # Queue deletions this process started: what a get confirmed in ZooKeeper before one
         # is confirmed there again (gateway/getting.py).
         self.queue_deletions = 0
+        # Default-exchange bindings this process asked for (made, or found made by another
+        # process): a get whose channel read the queue's binding sets before reads them
+        # again (gateway/getting.py).
+        self.default_bindings_made = 0
         self._others_held: dict[tuple[str, str], tuple[float, int]] = {}
         # This process's own unacked deliveries of a queue (gateway/held_messages.py),
         # exact where ZooKeeper's copy may lag: set by the proxy, none in the admin tool.
@@ -439,18 +448,11 @@ class TopologyService:
             raise queue_locked(queue.name, vhost, method)
 
     def _create_queue(self, vhost: str, namespace: NamespaceName, queue: Queue) -> bool:
-        """Create the queue and its implicit binding to the default exchange; False when
-        another declaration won the race."""
-        topic = naming.exchange_topic(namespace, DEFAULT_EXCHANGE, "direct", queue.name)
-        binding_set = BindingSet(
-            queue=queue.name,
-            exchange=DEFAULT_EXCHANGE,
-            topic=topic.local,
-            subscription=naming.subscription_name(queue.name, naming.new_binding_set_id()),
-            entries=(BindingEntry(queue.name),),
-            created=now(),
-        )
-        sets = [(topic, binding_set), *self._priority_bands(namespace, queue)]
+        """Create the queue (with its implicit binding to the default exchange where that
+        is made at declare: topology/default_bindings.py); False when another declaration
+        won the race."""
+        default = [default_binding_set(namespace, queue.name)] if made_at_declare(queue) else []
+        sets = [*default, *self._priority_bands(namespace, queue)]
         created: list[tuple[naming.TopicName, BindingSet]] = []
         try:
             for set_topic, each in sets:
@@ -487,6 +489,17 @@ class TopologyService:
             raise
         log.info("declared queue %r in vhost %r", queue.name, vhost)
         return True
+
+    def default_binding(
+        self, vhost: str, namespace: NamespaceName, queue: str
+    ) -> BindingSet | None:
+        """`queue`'s default-exchange binding set, made now if the queue has none yet
+        (topology/default_bindings.py); None when the queue does not exist. Raises
+        MetadataUnavailable, BackendUnavailable, TopologyConflict."""
+        made = make_default_binding(self.zk, self.paths, self.admin, vhost, namespace, queue)
+        if made is not None:
+            self.default_bindings_made += 1
+        return made
 
     @staticmethod
     def _priority_bands(

@@ -180,9 +180,10 @@ def test_znodes_are_what_docs_metadata_says(
     queue_record = record(f"{vhost}/queues/{q_segment}")
     assert queue_record["arguments"] == {"x-max-length": 10}
     assert (queue_record["durable"], queue_record["exclusive"]) == (False, False)
-    # The implicit default-exchange binding and the headers binding: one set per topic.
+    # The headers binding: one set per topic. The implicit default-exchange binding is made
+    # by the first publish through the default exchange (below).
     sets = sorted(zookeeper.children(f"{vhost}/queues/{q_segment}/bindings"))
-    assert sets == sorted([f"amq.default~~{q_segment}", ex_segment])
+    assert sets == [ex_segment]
     binding = record(f"{vhost}/queues/{q_segment}/bindings/{ex_segment}")
     assert binding["kind"] == "binding_set"
     assert (binding["queue"], binding["exchange"], binding["topic"]) == (
@@ -208,6 +209,19 @@ def test_znodes_are_what_docs_metadata_says(
     ]
     # ...and the subscription it names exists in Pulsar, on that topic.
     assert binding["subscription"] in subscriptions_on(admin, binding["binding_topic"])
+    with connect(proxy) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("", queue, b"first through the default exchange")
+    default = record(f"{vhost}/queues/{q_segment}/bindings/amq.default~~{q_segment}")
+    assert (default["queue"], default["exchange"], default["topic"]) == (
+        queue,
+        "",
+        f"amq.default~~{q_segment}",
+    )
+    assert [e["routing_key"] for e in default["entries"]] == [queue]
+    assert "binding_topic" not in default  # it reads the topic of its exchange (and key)
+    assert subscriptions_on(admin, f"amq.default~~{q_segment}") == {default["subscription"]}
 
 
 def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
@@ -241,15 +255,35 @@ def test_concurrent_equivalent_declares_on_two_proxies_make_one_queue(
         return lambda: connection.channel().queue_declare(queue, durable=True).method.queue
 
     results = run_together([declare(c) for c in connections])
-    for connection in connections:
-        connection.close()
     assert results == [queue] * 10
     q_segment = naming.escape(queue)
-    assert zookeeper.children(f"{ROOT}/v1/vhosts/~2F/queues/{q_segment}/bindings") == [
-        f"amq.default~~{q_segment}"
-    ]
-    # Every losing declare deleted the subscription it had created: exactly one is left.
+    bindings = f"{ROOT}/v1/vhosts/~2F/queues/{q_segment}/bindings"
+    assert zookeeper.children(bindings) == []  # made by the first default-exchange publish
+
+    def publish(connection: pika.BlockingConnection, index: int) -> Callable[[], None]:
+        def call() -> None:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.basic_publish("", queue, f"m{index}".encode())
+
+        return call
+
+    # Ten first publishes at once, through both proxies, each making the default-exchange
+    # binding when its proxy has not seen it yet: one binding set, one subscription left
+    # (each loser deleted its own), and every message in the queue.
+    assert run_together([publish(c, i) for i, c in enumerate(connections)]) == [None] * 10
+    assert zookeeper.children(bindings) == [f"amq.default~~{q_segment}"]
     assert len(subscriptions_on(admin, f"amq.default~~{q_segment}")) == 1
+    channel = connections[0].channel()
+    got = set()
+    while True:
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        got.add(body)
+    for connection in connections:
+        connection.close()
+    assert got == {f"m{i}".encode() for i in range(10)}
 
 
 def test_conflicting_concurrent_declares_have_one_winner_and_406s(

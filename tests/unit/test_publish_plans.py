@@ -58,6 +58,8 @@ class Cache:
         self.routes: dict[tuple[str, str], set[str]] = {}  # (exchange, key) -> queues
         self.e2e_sources: set[str] = set()  # exchanges with exchange-to-exchange bindings
         self.own_topics: dict[str, str] = {}  # queue -> its binding topic (none: legacy)
+        # Queues whose default-exchange binding the first publish makes (not made yet).
+        self.without_default: set[str] = set()
         self.asked = 0
 
     def exchange(self, vhost: str, name: str) -> Exchange | None:
@@ -90,6 +92,11 @@ class Cache:
             )
             for queue in sorted(self.routed_queues(vhost, exchange, key, headers))
         ]
+
+    def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
+        if queue not in self.queues or queue in self.without_default:
+            return None
+        return BindingSet(queue, "", topic, f"{queue}~~0123456789ab", entries=())
 
     def reads_exchange_topic(self, vhost: str, exchange: str) -> bool:
         return not self.own_topics
@@ -170,6 +177,27 @@ def test_a_route_is_planned_once_and_used_while_the_topology_is_unchanged(setup:
     cache.changes += 1
     assert not publisher.publish_now(channel, publish, properties, b"m", encoded)
     assert len(raw.sent) == 3
+
+
+@in_trio
+def test_a_queue_without_its_default_binding_is_left_to_the_slow_path_which_makes_it(
+    setup: Setup,
+) -> None:
+    publisher, cache, pool, channel = setup
+    cache.queues["q"] = Queue("q")
+    cache.without_default.add("q")
+    raw = producer_for(pool, naming.exchange_topic(NAMESPACE, "", "direct", "q"))
+    properties, encoded = properties_of()
+    publish = Publish("", "q", False, False)
+    # Nothing is written before the subscription exists (it would reach no queue).
+    assert not publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert raw.sent == []
+    assert publisher._plans == {}
+    # Made (the cache shows its binding set): the hot path takes it from then on.
+    cache.without_default.clear()
+    cache.changes += 1
+    assert publisher.publish_now(channel, publish, properties, b"m", encoded)
+    assert len(raw.sent) == 1
 
 
 @in_trio
