@@ -10,7 +10,9 @@
 //!
 //! It also holds the untracked Pulsar sends (`Sender`, in `pulsar_send`): messages built with
 //! pulsar-client's C API and handed to the producer a batch per release of the GIL; and the
-//! acknowledgements of received messages (`acknowledge`, in `pulsar_ack`), the same way; and
+//! acknowledgements of received messages (`acknowledge`, in `pulsar_ack`), the same way, and
+//! as one list per call (`acknowledge_listened_list`, in `pulsar_ack_list`, through a little
+//! C++: src/acknowledge_list.cpp); and
 //! the messages pulsar-client's listener thread hands over (`next_batches`, in `pulsar_listen`);
 //! and producer flushes whose outcomes reach trio without the GIL (`flush`, in `pulsar_flush`).
 //!
@@ -23,6 +25,7 @@
 
 mod handover_signal;
 mod pulsar_ack;
+mod pulsar_ack_list;
 mod pulsar_flush;
 mod pulsar_listen;
 mod pulsar_send;
@@ -311,6 +314,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pulsar_listen::attach_listen_signal, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::detach_listen_signal, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::acknowledge_listened, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_ack_list::bind_acknowledge_list, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        pulsar_ack_list::acknowledge_listened_list,
+        m
+    )?)?;
     m.add_function(wrap_pyfunction!(
         pulsar_listen::negative_acknowledge_listened,
         m

@@ -38,7 +38,7 @@ type CFree = unsafe extern "C" fn(*mut c_void);
 
 /// The C API functions used here (pulsar/c/message.h, string_map.h, message_id.h,
 /// consumer.h), and MessageIdRecord (the position type the gateway reads).
-struct Api {
+pub(crate) struct Api {
     get_data: GetData,
     get_length: GetLength,
     get_properties: ToPointer,
@@ -48,9 +48,9 @@ struct Api {
     map_free: Free,
     redelivery_count: GetInt,
     publish_timestamp: GetTimestamp,
-    get_message_id: ToPointer,
+    pub(crate) get_message_id: ToPointer,
     message_id_str: IdText,
-    message_id_free: Free,
+    pub(crate) message_id_free: Free,
     message_free: Free,
     acknowledge_async: AcknowledgeAsync,
     negative_acknowledge: NegativeAcknowledge,
@@ -104,7 +104,7 @@ pub fn bind_listening(addresses: Vec<usize>, record_type: Bound<'_, PyType>) -> 
     Ok(())
 }
 
-fn api() -> PyResult<&'static Api> {
+pub(crate) fn api() -> PyResult<&'static Api> {
     API.get().ok_or_else(|| {
         PyRuntimeError::new_err("listening is not bound (call bind_listening first)")
     })
@@ -522,7 +522,7 @@ fn batches_of<'py>(
 /// closed meanwhile: the broker redelivers, at-least-once holds).
 extern "C" fn on_acknowledged(_result: c_int, _ctx: *mut c_void) {}
 
-fn message_pointers(messages: &Bound<'_, PyList>) -> PyResult<Vec<usize>> {
+pub(crate) fn message_pointers(messages: &Bound<'_, PyList>) -> PyResult<Vec<usize>> {
     let mut pointers = Vec::with_capacity(messages.len());
     for message in messages.iter() {
         let listened = message.downcast::<ListenedMessage>()?;

@@ -63,6 +63,14 @@ wake_reader: Callable[[], None] | None = _native.wake_reader if _native is not N
 acknowledge_listened: Callable[[int, list[Any]], int] | None = (
     _native.acknowledge_listened if _native is not None else None
 )
+# `_native.bind_acknowledge_list` and `_native.acknowledge_listened_list` (one
+# acknowledgement command per list of listened messages: backend/list_acks.py), or None.
+bind_acknowledge_list: Callable[[int], None] | None = (
+    _native.bind_acknowledge_list if _native is not None else None
+)
+acknowledge_listened_list: Callable[[int, list[Any]], int] | None = (
+    _native.acknowledge_listened_list if _native is not None else None
+)
 negative_acknowledge_listened: Callable[[int, Any], None] | None = (
     _native.negative_acknowledge_listened if _native is not None else None
 )

@@ -109,6 +109,17 @@ class ListenedAcknowledger(Acknowledger):
         return compiled.acknowledge_listened(self._address, messages)
 
 
+class ListedAcknowledger(Acknowledger):
+    """Acknowledges ListenedMessages of one ungrouped consumer with one command per call
+    (backend/list_acks.py)."""
+
+    __slots__ = ()
+
+    def acknowledge(self, messages: list[Any]) -> int:
+        assert compiled.acknowledge_listened_list is not None
+        return compiled.acknowledge_listened_list(self._address, messages)
+
+
 def make_acknowledger(raw: Any) -> Acknowledger | None:
     """An Acknowledger for a `_pulsar.Consumer`, or None when this installation (or this
     consumer: the C API must see the topic and subscription Python sees) acknowledges

@@ -21,10 +21,11 @@ import _pulsar
 import pulsar
 
 from starlight_py.amqp import compiled
-from starlight_py.backend import listened
+from starlight_py.backend import list_acks, listened
 from starlight_py.backend.broker_auth import BrokerAuthError, BrokerClientSettings
 from starlight_py.backend.consumer_ack import (
     Acknowledger,
+    ListedAcknowledger,
     ListenedAcknowledger,
     checked_consumer_address,
     make_acknowledger,
@@ -465,6 +466,11 @@ class ConsumerHandle:
         self._listen_key = 0
         # ms its acknowledgements are grouped for (gateway/batch_requeues.py waits as long)
         self.ack_grouping_ms = PULSAR_ACK_GROUPING_MS
+        # Ungrouped, acknowledging a list per call (backend/list_acks.py): the gateway
+        # gathers a round's acknowledgements of it (`gather_acks`, `send_gathered_acks`).
+        self.acks_in_lists = False
+        self._gathered: list[ReceivedMessage] = []
+        self._gathered_lock = threading.Lock()
         # Called once when it closes (the backend's count of its consumers).
         self._on_close: Callable[[], None] | None = None
 
@@ -497,6 +503,22 @@ class ConsumerHandle:
                 self._acknowledger = None
         for message in messages:
             self.acknowledge(message)
+
+    def gather_acks(self, messages: list[ReceivedMessage]) -> bool:
+        """Keep `messages` for the next `send_gathered_acks` (one command for all that a
+        round gathers); True when none were gathered before (the caller arranges for the
+        send then). Closing the consumer sends them first."""
+        with self._gathered_lock:
+            first = not self._gathered
+            self._gathered.extend(messages)
+        return first
+
+    def send_gathered_acks(self) -> None:
+        """Acknowledge what `gather_acks` kept, in one list."""
+        with self._gathered_lock:
+            messages, self._gathered = self._gathered, []
+        if messages:
+            self.acknowledge_all(messages)
 
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
         if self._listened_at:
@@ -599,6 +621,8 @@ class ConsumerHandle:
             if self._closed:
                 return
             self._closed = True
+        # Acknowledged before the close, so not redelivered (as on RabbitMQ).
+        self.send_gathered_acks()
         self._gate.set()  # a paused reader wakes up and sees it is closed
         if self._on_close is not None:
             self._on_close()
@@ -698,9 +722,17 @@ class PulsarBackend:
         )
 
     @property
+    def list_acks(self) -> bool:
+        """Whether the consumers made from now on for a listener acknowledge in lists,
+        ungrouped (backend/list_acks.py)."""
+        return list_acks.available() is None
+
+    @property
     def ack_grouping_ms(self) -> int:
         """The acknowledgement grouping time of the next consumer made
-        (`effective_ack_grouping_ms`)."""
+        (`effective_ack_grouping_ms`; 0 with list acknowledgements)."""
+        if self.list_acks:
+            return 0
         return effective_ack_grouping_ms(
             self._configured_ack_grouping_ms, self.batching, self._grouped_consumers
         )
@@ -915,7 +947,8 @@ class PulsarBackend:
         thread to the process's reader (backend/listened.py)."""
         conf = self._shared_consumer_conf(consumer_name, size)
         key = listened.READER.register(handle, listener)
-        grouping = self.ack_grouping_ms
+        in_lists = self.list_acks
+        grouping = 0 if in_lists else self.ack_grouping_ms
         try:
             if grouping != PULSAR_ACK_GROUPING_MS:
                 listened.group_acknowledgements(conf, grouping)
@@ -937,14 +970,20 @@ class PulsarBackend:
         handle._consumer = raw
         handle._listen_key = key
         handle.ack_grouping_ms = grouping
-        self._count_consumer(handle)
+        handle.acks_in_lists = in_lists
+        if not in_lists:
+            self._count_consumer(handle)
         try:
             handle._listened_at = checked_consumer_address(raw)
         except NativeFlushUnavailable as e:
             # Listened, but with no way to acknowledge: not a consumer to keep.
             handle.close()
             raise BackendError(f"cannot consume from {handle.topic}: {e}") from e
-        handle._acknowledger = ListenedAcknowledger(handle._listened_at)
+        handle._acknowledger = (
+            ListedAcknowledger(handle._listened_at)
+            if in_lists
+            else ListenedAcknowledger(handle._listened_at)
+        )
         return handle
 
     def ack_only_consumer(

@@ -127,6 +127,10 @@ class Consumers:
         # Waits for a drop-head trim of the queue running on this proxy (QueueLengths).
         self.trimmed: Callable[[str, str], Awaitable[None]] | None = None
         self._token = trio.lowlevel.current_trio_token()
+        # Pulsar consumers that acknowledge in lists (backend/list_acks.py) with
+        # acknowledgements gathered this round of the trio loop: sent when it ends, one
+        # command per consumer for every basic.ack the round's socket reads carried.
+        self._gathered_acks: Batcher[ConsumerHandle] = Batcher(self._token, _send_gathered)
 
     # ---- consume ------------------------------------------------------------------------------
 
@@ -580,7 +584,10 @@ class Consumers:
     def _ack(self, session: ChannelSession, command: AckMessages) -> None:
         # One call per run of messages of the same Pulsar consumer (usually one run).
         for handle, messages in runs_by_handle(command.sources):
-            handle.acknowledge_all(messages)
+            if not handle.acks_in_lists:
+                handle.acknowledge_all(messages)
+            elif handle.gather_acks(messages):
+                self._gathered_acks.put(handle)
         self.getters.settled(session, command.sources)
 
     def _requeue(self, session: ChannelSession, command: RequeueMessages) -> None:
@@ -752,3 +759,8 @@ def runs_by_handle(messages: list[Any]) -> Iterator[tuple[Any, list[Any]]]:
             yield handle, messages[start:index]
             handle, start = message.handle, index
     yield handle, messages[start:] if start else messages
+
+
+def _send_gathered(handles: list[ConsumerHandle]) -> None:
+    for handle in handles:
+        handle.send_gathered_acks()

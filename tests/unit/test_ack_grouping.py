@@ -3,6 +3,9 @@ proxy's own counts take a settled delivery out of Pulsar's backlog."""
 
 from __future__ import annotations
 
+import pytest
+
+from starlight_py.backend import list_acks
 from starlight_py.backend.pulsar_client import (
     CONSUMERS_PER_GROUPING_STEP,
     PULSAR_ACK_GROUPING_MS,
@@ -36,7 +39,20 @@ def test_a_settled_delivery_counts_out_for_the_grouping_time_and_a_round_trip() 
     assert settling_time(0) == 0.1
 
 
-def test_a_batching_backend_groups_as_pulsar_client_does() -> None:
+def test_with_list_acknowledgements_nothing_is_grouped() -> None:
+    made = PulsarBackend("pulsar://127.0.0.1:1", batching=True)
+    try:
+        assert made.list_acks == (list_acks.available() is None)
+        if made.list_acks:
+            assert made.ack_grouping_ms == 0
+    finally:
+        made.close()
+
+
+def test_a_batching_backend_groups_as_pulsar_client_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(list_acks, "available", lambda: "STARLIGHT_LIST_ACKS=0")
     made = PulsarBackend("pulsar://127.0.0.1:1", batching=True)
     try:
         assert made.ack_grouping_ms == PULSAR_ACK_GROUPING_MS
@@ -67,7 +83,9 @@ def test_the_grouping_grows_a_step_for_each_step_of_consumers_held() -> None:
     assert rate < 4_000
 
 
-def test_a_backend_counts_the_consumers_it_holds() -> None:
+def test_a_backend_counts_the_consumers_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Grouped consumers only: with list acknowledgements none is grouped.
+    monkeypatch.setattr(list_acks, "available", lambda: "STARLIGHT_LIST_ACKS=0")
     made = PulsarBackend("pulsar://127.0.0.1:1", batching=True)
     try:
         namespace = NamespaceName("public", "default")
