@@ -285,14 +285,18 @@ class StarlightConfig:
         default=1000,
         metadata=_key(
             "pulsarAckGroupingTimeMillis",
-            "How long a Pulsar consumer of the proxy gathers acknowledgements before it sends "
-            "them to the broker in one command (it also sends them once 1,000 wait). Each "
-            "consumer re-arms a timer this often, busy or idle: with thousands of queues a "
-            "longer time costs less CPU while idle; 0 sends each acknowledgement at once and "
-            "keeps no timer. Queue counts read on other proxies may lag by this much. With "
-            "pulsarProducerBatching (the default) at most 100: a requeued message of a batch "
-            "entry waits for its entry's acknowledgements to be sent, so this is how late it "
-            "goes back.",
+            "Only where the proxy cannot acknowledge in lists (a pulsar-client version it was "
+            "not tested with, no compiled module, or STARLIGHT_LIST_ACKS=0; it logs why at "
+            "start): how long a Pulsar consumer of the proxy gathers acknowledgements before "
+            "it sends them to the broker in one command (it also sends them once 1,000 "
+            "wait). Each consumer re-arms a timer this often, busy or idle: with thousands of "
+            "queues a longer time costs less CPU while idle; 0 sends each acknowledgement at "
+            "once and keeps no timer. Queue counts read on other proxies may lag by this "
+            "much. With pulsarProducerBatching (the default) at most 100: a requeued message "
+            "of a batch entry waits for its entry's acknowledgements to be sent, so this is "
+            "how late it goes back. With list acknowledgements (the default) nothing is "
+            "grouped: what one round of the proxy's event loop acknowledges on a consumer is "
+            "one command.",
         ),
     )
     producer_batching: bool = field(

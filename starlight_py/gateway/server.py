@@ -19,7 +19,7 @@ from starlight_py.amqp import compiled
 from starlight_py.amqp.connection import ServerSettings
 from starlight_py.amqp.errors import ConnectionForced
 from starlight_py.auth.authenticator import build_authenticator
-from starlight_py.backend import consumer_ack, listened, producer_flush, producer_send
+from starlight_py.backend import consumer_ack, list_acks, listened, producer_flush, producer_send
 from starlight_py.backend.batching_support import batching_caveat, batching_refusal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
@@ -544,6 +544,16 @@ def _log_paths(config: StarlightConfig, services: ProxyServices) -> None:
             "consumers: a reader thread each, about 5 µs more CPU per message (%s; "
             "docs/performance.md, 'One reader for every consumer')",
             listened_reason,
+        )
+    list_reason = list_acks.available()
+    if list_reason is None:
+        log.info("acknowledgements: one list per consumer and round, ungrouped (native/)")
+    else:
+        log.warning(
+            "acknowledgements: grouped for up to %d ms, a timer per Pulsar consumer (%s; "
+            "docs/design.md, 'Acknowledgements go to Pulsar in lists, ungrouped')",
+            config.consumer_ack_grouping_ms,
+            list_reason,
         )
 
 
