@@ -5,7 +5,6 @@ RabbitMQ's management plugin with STARLIGHT_TEST_MANAGEMENT_URL."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -15,17 +14,21 @@ import pika.exceptions
 import pytest
 
 from tests.support.amqp_fixtures import unique
+from tests.support.debian_packages import ensure_installed
 from tests.support.management_api import Management, management, wait_until
 
 __all__ = ["management"]  # a fixture
 
-RABBITMQADMIN = shutil.which("rabbitmqadmin")
-pytestmark = pytest.mark.skipif(RABBITMQADMIN is None, reason="rabbitmqadmin is not installed")
+RABBITMQADMIN = "/usr/bin/rabbitmqadmin"  # Debian's rabbitmq-server package
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _rabbitmqadmin() -> None:
+    ensure_installed((RABBITMQADMIN,), ("rabbitmq-server",))
 
 
 def admin(management: Management, *args: str) -> str:
     """rabbitmqadmin's output; fails the test with its stderr when it fails."""
-    assert RABBITMQADMIN is not None
     parts = urlsplit(management.base)
     command = [
         RABBITMQADMIN,
