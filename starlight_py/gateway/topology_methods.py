@@ -29,8 +29,9 @@ from starlight_py.gateway.authorization import ALLOW_ALL, AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.message_copies import has_own_topics
 from starlight_py.metadata.cache import TopologyCache
-from starlight_py.metadata.records import ExchangeBinding
+from starlight_py.metadata.records import BindingSet, ExchangeBinding
 from starlight_py.metadata.routing_barrier import RoutingBarrier
+from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.permissions import Access
 from starlight_py.model.streams import is_stream, server_named_refused
@@ -245,6 +246,9 @@ class TopologyMethods:
         name = self._queue_name(ctx, session, as_text(method.queue or ""), QUEUE_DELETE)
         await ctx.access.check_queue(Access.CONFIGURE, name, QUEUE_DELETE)
         session.deleting.add(name)
+        cache = self.cache
+        default_topic = naming.exchange_topic(ctx.namespace, "", "direct", name).local
+        made = None if cache is None else cache.binding_set(ctx.vhost, name, default_topic)
         try:
             count = await self._run(
                 self.service.delete_queue,
@@ -258,6 +262,7 @@ class TopologyMethods:
         finally:
             session.deleting.discard(name)
         ctx.exclusive_queues.discard(name)
+        await self._routed_nowhere(ctx.vhost, name, default_topic, made)
         # RabbitMQ's order: the consumers of other channels hear basic.cancel before the
         # delete-ok (their channel processes see the queue go at once), those of the deleting
         # channel after it (that channel answers the delete first). A client waiting for the
@@ -404,6 +409,30 @@ class TopologyMethods:
             await self._run(cache.wait_until, shown, CACHE_WAIT)
         known = cache.exchange(vhost, exchange)
         if self.barrier is not None and (known is None or has_own_topics(known)):
+            await self._run(self.barrier.routed_everywhere, vhost)
+
+    async def _routed_nowhere(
+        self, vhost: str, queue: str, default_topic: str, made: BindingSet | None
+    ) -> None:
+        """After a queue's delete: wait (at most CACHE_WAIT seconds) until this proxy's
+        cache no longer has its default-exchange binding `made`, then until every proxy's
+        cache has caught up with the delete (the routing barrier). A queue declared again
+        under the name gets its default-exchange subscription from its first publish
+        (topology/default_bindings.py); a proxy still routing by the deleted queue's would
+        write that publish to the topic without making it, and the new queue would miss
+        it. RabbitMQ's promise holds: a message published after the new declare-ok
+        reaches the new queue."""
+        cache = self.cache
+        if cache is None:
+            return
+        if made is not None:
+
+            def gone() -> bool:
+                return cache.binding_set(vhost, queue, default_topic) is not made
+
+            if not gone():
+                await self._run(cache.wait_until, gone, CACHE_WAIT)
+        if self.barrier is not None:
             await self._run(self.barrier.routed_everywhere, vhost)
 
     async def _cache_shows(self, vhost: str, binding: ExchangeBinding, present: bool) -> None:

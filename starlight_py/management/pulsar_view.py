@@ -8,7 +8,9 @@ consumers; for each topic the broker that owns it (Pulsar's lookup, which loads 
 unloaded topic, as a client would), its stored size and producers. The subscriptions
 come from this proxy's topology cache (metadata/cache.py), the numbers from Pulsar's
 admin API at the time of the request. A topic Pulsar cannot answer for is listed with its
-`error` instead of failing the whole answer.
+`error` instead of failing the whole answer. The queue's binding to the default exchange is
+listed `unused`, with no numbers, until the first publish through it has made its
+subscription.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from starlight_py.management.errors import ObjectNotFound
 from starlight_py.management.vhost_access import usable_vhost
 from starlight_py.metadata.records import BindingSet, RetiredSubscription
 from starlight_py.model.namespaces import NamespaceName
-from starlight_py.model.naming import TopicName
+from starlight_py.model.naming import TopicName, exchange_topic
 
 ACTIVE = "active"  # a binding set's subscription: its bindings route into the queue
 DRAINING = "draining"  # retired by an unbind: delivers what came before, then goes
 RETIRED = "retired"  # retired by a queue's deletion: the cleaner deletes it
+# The queue's binding to the default exchange before its first publish through it, which
+# makes its subscription (topology/default_bindings.py): no topic or subscription yet.
+UNUSED = "unused"
 
 
 @dataclass(frozen=True)
@@ -165,11 +170,15 @@ def queue_in_pulsar(call: ApiCall) -> Answer:
         for vhost, each in cache.retired_records()
         if vhost == record.name and each.queue == name
     ]
-    subscriptions = queue_subscriptions(cache.binding_sets_of_queue(record.name, name), retired)
     namespace = record.namespace
+    sets = cache.binding_sets_of_queue(record.name, name)
+    subscriptions = queue_subscriptions(sets, retired)
+    if not any(b.exchange == "" for b in sets):
+        default = exchange_topic(namespace, "", "direct", name).local
+        subscriptions.insert(0, QueueSubscription(default, "", UNUSED, "", "direct", (name,)))
     topics: list[dict[str, Any]] = []
     stats_by_topic: dict[str, TopicStats | None] = {}
-    for local in sorted({s.topic for s in subscriptions}):
+    for local in sorted({s.topic for s in subscriptions if s.state != UNUSED}):
         stats, owner, error = _topic_facts(services.topology.admin, TopicName(namespace, local))
         stats_by_topic[local] = stats
         topics.append(topic_json(namespace, local, stats, owner, error))

@@ -191,6 +191,14 @@ def test_topics_names_the_pulsar_topics_and_subscriptions(
     admin.ok("binding", "delete", "events", "created", "--routing-key", "a.*")
     by_queue = admin.json("topics", "--queue", "created")
     assert {t["exchange"] for t in by_queue} == {"", "orders"}
+    # The default exchange's subscription is made by the first publish through it.
+    default = next(t for t in by_queue if t["exchange"] == "")
+    assert default["topic"] == "persistent://public/default/amq.default~~created"
+    assert default["subscription"] == "(made by the first publish)"
+    assert all(t["subscription"].startswith("created~~") for t in by_queue if t is not default)
+    channel.confirm_delivery()
+    channel.basic_publish("", "created", b"first")
+    by_queue = admin.json("topics", "--queue", "created")
     assert all(t["subscription"].startswith("created~~") for t in by_queue)
     table = admin.ok("topics", "--queue", "created").out
     assert table.splitlines()[0].split() == [

@@ -86,10 +86,17 @@ def test_a_queues_topics_and_subscriptions_with_backlog_and_owner(
     view = wait_until(backlog_of_three)
     assert view is not None, json.dumps(pulsar_view(ours, queue))
     assert (view["vhost"], view["name"], view["namespace"]) == ("/", queue, "public/default")
-    # The default exchange's binding has a subscription of its own, on its own topic.
+    # The default exchange's binding: its subscription is made by the first publish
+    # through the default exchange (none yet), on a topic of its own.
     default, subscription = sorted(view["subscriptions"], key=lambda s: s["exchange"])
-    assert (default["exchange"], default["routing_keys"], default["backlog"]) == ("", [queue], 0)
-    assert subscription["state"] == default["state"] == "active"
+    assert (default["exchange"], default["routing_keys"], default["state"]) == (
+        "",
+        [queue],
+        "unused",
+    )
+    assert (default["subscription"], default["exists"]) == ("", False)
+    assert "backlog" not in default
+    assert subscription["state"] == "active"
     assert (subscription["exchange"], subscription["routing_keys"]) == (exchange, ["k"])
     assert (subscription["ready"], subscription["unacked"]) == (3, 0)
     assert subscription["backlog_size"] > 0
@@ -98,6 +105,23 @@ def test_a_queues_topics_and_subscriptions_with_backlog_and_owner(
     assert topic["owner_broker"].startswith("pulsar://")
     assert topic["storage_size"] > 0
     assert topic["subscriptions"] >= 1
+    assert len(view["topics"]) == 1  # the default exchange's is not made yet
+
+    # The first publish through the default exchange makes its subscription.
+    reply = ours.call(
+        "POST",
+        "/api/exchanges/%2F/amq.default/publish",
+        {"properties": {}, "routing_key": queue, "payload": "d", "payload_encoding": "string"},
+    )
+    assert reply.body == {"routed": True}
+
+    def default_made() -> dict[str, Any] | None:
+        found = [s for s in pulsar_view(ours, queue)["subscriptions"] if s["exchange"] == ""]
+        return found[0] if found and found[0].get("backlog") == 1 else None
+
+    made = wait_until(default_made)
+    assert made is not None, json.dumps(pulsar_view(ours, queue))
+    assert made["state"] == "active" and made["subscription"].startswith(queue)
 
 
 def test_an_unbound_subscription_is_listed_while_it_drains(
@@ -107,7 +131,8 @@ def test_an_unbound_subscription_is_listed_while_it_drains(
     publish(ours, exchange, 2)
     wait_until(
         lambda: (
-            [s.get("backlog") for s in pulsar_view(ours, queue)["subscriptions"]] == [0, 2] or None
+            [s.get("backlog") for s in pulsar_view(ours, queue)["subscriptions"]] == [None, 2]
+            or None
         )
     )
     listed = ours.call("GET", f"/api/queues/%2F/{queue}/bindings").body
