@@ -415,3 +415,25 @@ def test_an_exchange_binding_made_on_one_proxy_routes_on_another(
         channel.queue_delete(queue)
         channel.exchange_delete(source)
     assert zookeeper.get(f"{vhost}/exchanges/{naming.escape(source)}") is None
+
+
+def test_a_queue_declared_again_gets_what_another_proxy_publishes_after_declare_ok(
+    start_proxy: ProxyFactory,
+) -> None:
+    """Delete, declare again, publish through the other proxy at once: the new queue's
+    default-exchange subscription is made by that publish (the other proxy's cache no
+    longer routes by the deleted queue's once delete-ok is sent), so nothing goes to a
+    topic the new queue does not read. As on RabbitMQ, every message arrives."""
+    proxies = [start_proxy(), start_proxy()]
+    queue = unique("again")
+    with connect(proxies[0]) as first, connect(proxies[1]) as second:
+        changer = first.channel()
+        publisher = second.channel()
+        publisher.confirm_delivery()
+        for round_number in range(10):
+            changer.queue_declare(queue)
+            publisher.basic_publish("", queue, f"r{round_number}".encode())
+            method, _, body = changer.basic_get(queue, auto_ack=True)
+            assert method is not None, round_number
+            assert body == f"r{round_number}".encode()
+            changer.queue_delete(queue)
