@@ -254,6 +254,7 @@ def test_dockerfile_builds_the_compiled_frame_codec_and_jemalloc(
     assert "from starlight_py.amqp import _native" in runs
     assert "a.built_library()" in runs
     assert re.search(r"apt-get install [^&]*\bmake\b", runs), runs  # jemalloc's build
+    assert re.search(r"apt-get install [^&]*\bg\+\+", runs), runs  # acknowledge_list.cpp
 
 
 def tracked_files(source: str) -> list[str]:
