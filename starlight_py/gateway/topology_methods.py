@@ -259,10 +259,12 @@ class TopologyMethods:
                 bool(method.if_empty),
                 ctx.owner,
             )
+            ctx.exclusive_queues.discard(name)
+            # Still marked deleting while the caches catch up: this channel's own
+            # consumers hear the cancel after the delete-ok, not from the cache watcher.
+            await self._routed_nowhere(ctx.vhost, name, default_topic, made)
         finally:
             session.deleting.discard(name)
-        ctx.exclusive_queues.discard(name)
-        await self._routed_nowhere(ctx.vhost, name, default_topic, made)
         # RabbitMQ's order: the consumers of other channels hear basic.cancel before the
         # delete-ok (their channel processes see the queue go at once), those of the deleting
         # channel after it (that channel answers the delete first). A client waiting for the
