@@ -126,8 +126,9 @@ class ConnectionReports:
         close: Callable[[str, str], bool],
         state: Callable[[], Hashable] | None = None,
     ) -> None:
-        """`state`: a cheap token of what `describe` would show; while it does not change
-        the report is neither described nor encoded again."""
+        """`state`: a cheap token of what `describe` would show (the proxy's count of
+        changes to it); while it does not change the report is neither described nor
+        encoded again."""
         self.zk = zk
         self.paths = paths
         self.ephemerals = ephemerals

@@ -106,7 +106,7 @@ class ClientConnection:
         self.conn = AMQPConnection(settings)
         self.peer_certificate = peer_certificate
         self.principal: Principal | None = None
-        # trio clock time at which the principal's credential expires (see _timers).
+        # trio clock time at which the principal's credential expires (see on_timer).
         self._credential_deadline: float | None = None
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VhostContext | None = None
@@ -117,6 +117,7 @@ class ClientConnection:
         )
         self._nursery: trio.Nursery | None = None
         self._bindings_changed = trio.Event()
+        self._following = False  # whether `_follow_bindings` runs
         # The queues of this vhost changed since consumers last followed (None: any).
         self._changed_queues: set[str] | None = set()
         self._wakeup = trio.Event()
@@ -132,7 +133,7 @@ class ClientConnection:
         self._last_sent = trio.current_time()
         self._handshake_deadline = trio.current_time() + services.config.handshake_timeout
         self._close_deadline: float | None = None
-        self._timers_sleep: trio.CancelScope | None = None  # set while `_timers` sleeps
+        self._timed = False  # while the process's timers keep its deadlines (`on_timer`)
         # Set while a graceful shutdown settles confirms: input waits in the socket.
         self._input_gate: trio.Event | None = None
         self._handling_input = False
@@ -142,14 +143,18 @@ class ClientConnection:
         # Tasks started from here inherit it: their records name this connection.
         current_connection.set(self.id)
         self._log.debug("%s accepted from %s", self.id, self.peer)
+        timers = self.services.timers
+        self._timed = True
+        now = trio.current_time()
+        timers.schedule(self, now + self._next_tick(now, 0))
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._read_loop, nursery.cancel_scope)
                 nursery.start_soon(self._write_loop, nursery.cancel_scope)
-                nursery.start_soon(self._timers)
-                nursery.start_soon(self._follow_bindings)
         finally:
+            self._timed = False
+            timers.cancel(self)
             await self._hang_up()
             await self._release()
             # Connections that never opened a vhost (load balancer health checks, port
@@ -180,8 +185,8 @@ class ClientConnection:
         """Queues changed (None: any may have): those of this vhost that this connection
         consumes from are followed. The work per change does not grow with the number of
         queues elsewhere."""
-        if self.vhost is None:
-            return
+        if self.vhost is None or self.messages is None or not self.messages.consumers.links:
+            return  # no consumer to follow them: those that start read the cache
         if touched is None:
             self._changed_queues = None
         elif self._changed_queues is not None:
@@ -191,6 +196,11 @@ class ClientConnection:
                 return
             self._changed_queues |= mine
         self._bindings_changed.set()
+        if not self._following and self._nursery is not None:
+            # Started by the first change that concerns a consumer: an idle connection
+            # keeps no task for it.
+            self._following = True
+            self._nursery.start_soon(self._follow_bindings)
 
     async def _follow_bindings(self) -> None:
         """Consumers follow bindings added (and queues deleted) after they started."""
@@ -225,6 +235,8 @@ class ClientConnection:
                 await self._input_gate.wait()
             self._handling_input = True
             events = self.conn.receive_data(data)
+            if events:
+                self.services.report_changes += 1  # what the connection report shows may change
             while events:
                 for event in events:
                     if not self._handle_now(event):
@@ -450,9 +462,9 @@ class ClientConnection:
         self._wake_timers()
 
     def _wake_timers(self) -> None:
-        """Have `_timers` look at its deadlines now (one of them was set or came nearer)."""
-        if self._timers_sleep is not None:
-            self._timers_sleep.cancel()
+        """Have `on_timer` look at its deadlines now (one of them was set or came nearer)."""
+        if self._timed:
+            self.services.timers.schedule(self, trio.current_time())
 
     async def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
         """connection.update-secret (RabbitMQ's extension for renewing OAuth 2 tokens): a
@@ -594,11 +606,13 @@ class ClientConnection:
 
     # ---- writing ----------------------------------------------------------------------------
 
-    def _kick(self) -> None:
+    def _kick(self, reported: bool = True) -> None:
         """Output is queued (or the connection closed): send it. On a plain TCP socket
         whose writer is idle, it is written at once, from here (one syscall, no task
         switch); what the socket does not take, and TLS streams, go through the writer
-        task. Many kicks come with nothing to write (after reading an ack, for one)."""
+        task. Many kicks come with nothing to write (after reading an ack, for one).
+        `reported`: False when the output (a heartbeat) changes nothing the connection
+        report shows."""
         if self._output_hold is not None:
             return  # written once the connection's exclusive queues are gone
         conn = self.conn
@@ -607,6 +621,8 @@ class ClientConnection:
             return
         if not conn.pending_output:
             return
+        if reported:
+            self.services.report_changes += 1
         if conn.state is ConnectionState.CLOSING and self._close_deadline is None:
             self._wake_timers()  # it starts counting the wait for close-ok
         fd = self._direct_fd
@@ -665,51 +681,70 @@ class ClientConnection:
 
     # ---- timers -----------------------------------------------------------------------------
 
-    async def _timers(self) -> None:
-        while True:
-            now = trio.current_time()
-            heartbeat = self.conn.heartbeat if self.conn.is_open else 0
-            deadline = self._credential_deadline
-            if self.conn.is_open and deadline is not None and now >= deadline:
-                # RabbitMQ (3.13+) closes the connection with 320 when the credential expires
-                # and no connection.update-secret renewed it.
-                self._credential_deadline = None
-                name = self.principal.name if self.principal else "?"
-                self._log.warning("%s: credential of '%s' has expired", self.id, name)
-                error = ConnectionForced("credential expired")
-                self._on_error(0, error)
-                self.conn.fail(error)
-            if self.conn.state is ConnectionState.CLOSING:
-                if self._close_deadline is None:
-                    self._close_deadline = now + CLOSE_OK_TIMEOUT
-                elif now >= self._close_deadline:
-                    self._log.info("%s: no close-ok within %.0f s", self.id, CLOSE_OK_TIMEOUT)
-                    self.conn.abort()
-            elif not self.conn.is_open and self.conn.state is not ConnectionState.CLIENT_CLOSING:
-                if now >= self._handshake_deadline:
-                    self._log.warning("%s: handshake timeout from %s", self.id, self.peer)
-                    self.conn.abort()
-            elif heartbeat:
-                if now - self._last_received > 2 * heartbeat:
-                    self._log.warning(
-                        "%s: missed heartbeats from client, timeout: %ss", self.id, heartbeat
-                    )
-                    self.conn.abort()
-                elif now - self._last_sent >= heartbeat / 2:
-                    self.conn.send_heartbeat()
-            self._kick()
-            with trio.CancelScope() as self._timers_sleep:
-                await trio.sleep(self._next_tick(trio.current_time(), heartbeat))
-            self._timers_sleep = None
+    def on_timer(self, now: float) -> float | None:
+        """The process's timers (gateway/connection_timers.py) call it when one of its
+        deadlines is due: the handshake and close-ok timeouts, heartbeats to send or
+        missed, the credential's expiry. Returns when it is due next."""
+        if not self._timed:
+            return None
+        heartbeat = self.conn.heartbeat if self.conn.is_open else 0
+        try:
+            beat_only = self._check_deadlines(now, heartbeat)
+        except Exception:
+            self._log.exception("%s: its timers failed", self.id)
+            self.conn.abort()
+            beat_only = False
+        self._kick(reported=not beat_only)
+        if self.conn.closed:
+            return None  # its tasks end, and take it off the timers
+        return now + self._next_tick(now, heartbeat)
+
+    def _check_deadlines(self, now: float, heartbeat: int) -> bool:
+        """Carry out what is due; True when that is at most a heartbeat sent."""
+        quiet = True
+        deadline = self._credential_deadline
+        if self.conn.is_open and deadline is not None and now >= deadline:
+            # RabbitMQ (3.13+) closes the connection with 320 when the credential expires
+            # and no connection.update-secret renewed it.
+            self._credential_deadline = None
+            name = self.principal.name if self.principal else "?"
+            self._log.warning("%s: credential of '%s' has expired", self.id, name)
+            error = ConnectionForced("credential expired")
+            self._on_error(0, error)
+            self.conn.fail(error)
+            quiet = False
+        if self.conn.state is ConnectionState.CLOSING:
+            if self._close_deadline is None:
+                self._close_deadline = now + CLOSE_OK_TIMEOUT
+            elif now >= self._close_deadline:
+                self._log.info("%s: no close-ok within %.0f s", self.id, CLOSE_OK_TIMEOUT)
+                self.conn.abort()
+            return False
+        if not quiet:
+            return False
+        if not self.conn.is_open and self.conn.state is not ConnectionState.CLIENT_CLOSING:
+            if now >= self._handshake_deadline:
+                self._log.warning("%s: handshake timeout from %s", self.id, self.peer)
+                self.conn.abort()
+                return False
+        elif heartbeat:
+            if now - self._last_received > 2 * heartbeat:
+                self._log.warning(
+                    "%s: missed heartbeats from client, timeout: %ss", self.id, heartbeat
+                )
+                self.conn.abort()
+                return False
+            if now - self._last_sent >= heartbeat / 2:
+                self.conn.send_heartbeat()
+        return True
 
     def _next_tick(self, now: float, heartbeat: float) -> float:
-        """How long `_timers` may sleep. An open connection wakes when its next heartbeat is
-        due to be sent or missed, or its credential expires, and at least every
-        `OPEN_TICK_LIMIT`; it is woken sooner when the connection starts closing or gets a
-        credential deadline (`_wake_timers`). An idle connection with a 60 s heartbeat wakes
-        about every 30 s, to send its heartbeat: thousands of them cost thousands of
-        wake-ups a second when each looked every second.
-        During the handshake and the close it looks every second, as before."""
+        """How long until `on_timer` is due again. An open connection is due when its next
+        heartbeat is to be sent or missed, or its credential expires, and at least every
+        `OPEN_TICK_LIMIT`; sooner when the connection starts closing or gets a credential
+        deadline (`_wake_timers`). An idle connection with a 60 s heartbeat is due about
+        every 30 s, to send its heartbeat. During the handshake and the close it looks
+        every second."""
         if not self.conn.is_open or self.conn.state is ConnectionState.CLOSING:
             return max(0.05, min(1.0, heartbeat / 4) if heartbeat else 1.0)
         due = [OPEN_TICK_LIMIT]

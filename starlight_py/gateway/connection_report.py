@@ -5,7 +5,7 @@ thread: it reads the live connection objects."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from starlight_py.admin.definitions import json_value
@@ -18,34 +18,6 @@ NODE = "starlight@proxy"  # as the management API names the node (management/sha
 def connection_name(connection: ClientConnection) -> str:
     """RabbitMQ's `client:port -> server:port`."""
     return f"{connection.peer} -> {connection.local}"
-
-
-def report_state(connections: Iterable[ClientConnection]) -> Hashable:
-    """What `describe_connections` would show that can change, without describing it: the
-    connections, their state, their channels' settings and counts and their consumers'
-    tags. Equal states give equal descriptions, so an idle proxy skips describing and
-    encoding thousands of consumers."""
-    return tuple(
-        (
-            id(connection),
-            connection.vhost is not None,
-            connection.principal is not None,
-            tuple(
-                (
-                    number,
-                    tuple(session.core.consumers),
-                    session.core.prefetch_consumer,
-                    session.core.prefetch_global,
-                    len(session.core.unacked),
-                    session.core.unconfirmed,
-                    session.core.confirms is not None,
-                    session.core.transaction is not None,
-                )
-                for number, session in connection.channels.items()
-            ),
-        )
-        for connection in connections
-    )
 
 
 def describe_connections(

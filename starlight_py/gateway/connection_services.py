@@ -11,6 +11,7 @@ from starlight_py.amqp.connection import ServerSettings
 from starlight_py.auth.authenticator import Authenticator
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.config import StarlightConfig
+from starlight_py.gateway.connection_timers import ConnectionTimers
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
 from starlight_py.gateway.held_messages import HeldMessages
 from starlight_py.gateway.pre_acks import PreAcks
@@ -44,6 +45,11 @@ class ConnectionServices(Protocol):
     reaper: ExpiryReaper | None
     held: HeldMessages | None
     pre_acks: PreAcks | None
+    # The deadlines of every connection (heartbeats, handshake and close-ok timeouts).
+    timers: ConnectionTimers
+    # Bumped by whatever changes what the connection report shows (not by heartbeats): the
+    # report is described again only when it moved (cluster/connection_reports.py).
+    report_changes: int
 
     async def open_vhost(self, vhost: str) -> NamespaceName: ...
 

@@ -23,6 +23,7 @@ from starlight_py.config import StarlightConfig
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import ConnectionLimits
+from starlight_py.gateway.connection_timers import ConnectionTimers
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
 from starlight_py.gateway.held_messages import HeldMessages, settling_time
 from starlight_py.gateway.pre_acks import PreAcks
@@ -82,6 +83,8 @@ class ProxyServices:
     held: HeldMessages | None = None  # unacked deliveries by queue, for exact counts
     pre_acks: PreAcks | None = None  # drops messages from queues they were not routed to
     management_url: str = ""  # where the management API listens, once it does
+    timers: ConnectionTimers = field(default_factory=ConnectionTimers)
+    report_changes: int = 0  # see ConnectionServices
 
     def __post_init__(self) -> None:
         if self.lengths is None:

@@ -36,11 +36,7 @@ from starlight_py.config import (
 from starlight_py.gateway.bridge import take_from_pulsar_threads
 from starlight_py.gateway.client_connection import ClientConnection
 from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
-from starlight_py.gateway.connection_report import (
-    connection_name,
-    describe_connections,
-    report_state,
-)
+from starlight_py.gateway.connection_report import connection_name, describe_connections
 from starlight_py.gateway.producer_pool import ProducerPool
 from starlight_py.gateway.proxy_protocol import read_proxy_header
 from starlight_py.gateway.proxy_services import ProxyServices
@@ -609,10 +605,12 @@ async def _serve_client(
         )
         connection.local = local
         services.connections.add(connection)
+        services.report_changes += 1
         try:
             await connection.run()
         finally:
             services.connections.discard(connection)
+            services.report_changes += 1
     except Exception:
         # One connection's failure must never take the listener down.
         log.exception("connection from %s failed", peer)
@@ -657,6 +655,7 @@ def _start_duties(
     assert services.reaper is not None and services.held is not None
     assert services.pre_acks is not None
     nursery.start_soon(take_from_pulsar_threads)
+    nursery.start_soon(services.timers.run)
     nursery.start_soon(services.producers.close_idle_forever)
     nursery.start_soon(services.reaper.run)
     nursery.start_soon(services.held.publish_forever)
@@ -669,7 +668,7 @@ def _start_duties(
             services.proxy_id,
             lambda: describe_connections(list(services.connections), services.proxy_id),
             lambda name, reason: close_connection(services, name, reason),
-            lambda: report_state(list(services.connections)),
+            lambda: services.report_changes,
         ).run
     )
     nursery.start_soon(
