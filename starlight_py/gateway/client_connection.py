@@ -80,6 +80,46 @@ _ids = itertools.count(1)
 class ClientConnection:
     """One accepted client. `run()` returns when the connection is over."""
 
+    # Slots: over 30 attributes, an instance's dict would not share its keys with the
+    # others' and cost about 1.6 KB a connection.
+    __slots__ = (
+        "_backlog",
+        "_bindings_changed",
+        "_budget",
+        "_changed_queues",
+        "_close_deadline",
+        "_credential_deadline",
+        "_direct_fd",
+        "_following",
+        "_handling_input",
+        "_handshake_deadline",
+        "_input_gate",
+        "_last_received",
+        "_last_sent",
+        "_log",
+        "_nursery",
+        "_output_hold",
+        "_output_taken",
+        "_tally",
+        "_timed",
+        "_wakeup",
+        "_writer_busy",
+        "channels",
+        "conn",
+        "connected_at",
+        "id",
+        "local",
+        "messages",
+        "peer",
+        "peer_certificate",
+        "principal",
+        "refusal",
+        "services",
+        "stream",
+        "tls",
+        "vhost",
+    )
+
     def __init__(
         self,
         stream: trio.abc.Stream,
@@ -365,7 +405,6 @@ class ClientConnection:
             user=user,
             access=access,
         )
-        self.messages = self._message_flow(self.vhost)
         self.services.change_listeners.add(self._on_topology_change)
         self.conn.accept_open()
         self._log.info(
@@ -377,7 +416,11 @@ class ClientConnection:
         )
 
     def _on_channel_opened(self, event: ev.ChannelOpened) -> None:
-        assert self.messages is not None
+        if self.messages is None:
+            # Made with the first channel: a connection that opens none (a health check, an
+            # idle pool's spare) keeps no publisher, consumers or dead-letter side.
+            assert self.vhost is not None
+            self.messages = self._message_flow(self.vhost)
         core = Channel(
             event.channel,
             self.conn,
