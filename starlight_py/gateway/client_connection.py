@@ -193,6 +193,7 @@ class ClientConnection:
                 nursery.start_soon(self._read_loop, nursery.cancel_scope)
                 nursery.start_soon(self._write_loop, nursery.cancel_scope)
         finally:
+            self._nursery = None  # closed: nothing more starts in it
             self._timed = False
             timers.cancel(self)
             await self._hang_up()
@@ -238,9 +239,13 @@ class ClientConnection:
         self._bindings_changed.set()
         if not self._following and self._nursery is not None:
             # Started by the first change that concerns a consumer: an idle connection
-            # keeps no task for it.
+            # keeps no task for it. (Called from the process's change notice: it must
+            # not raise, even for a nursery that is closing.)
             self._following = True
-            self._nursery.start_soon(self._follow_bindings)
+            try:
+                self._nursery.start_soon(self._follow_bindings)
+            except RuntimeError:
+                self._following = False
 
     async def _follow_bindings(self) -> None:
         """Consumers follow bindings added (and queues deleted) after they started."""
