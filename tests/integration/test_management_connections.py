@@ -134,3 +134,52 @@ def test_connections_of_other_proxies_are_listed_and_closed(
     finally:
         if connection.is_open:
             connection.close()
+
+
+def test_deliveries_alone_update_the_listed_unacked_count(
+    management: Management, start_proxy: ProxyFactory
+) -> None:
+    """A consumer's proxy re-describes its report when it only writes (deliveries, no
+    input from that connection): its count of changes is bumped by output too. The
+    messages are published through another proxy, whose input does not count here."""
+    if management.is_rabbitmq:
+        pytest.skip("several proxies: our cluster")
+    other = start_proxy(managementListener=f"http://127.0.0.1:{free_port()}")
+    label = f"mgmt-{uuid.uuid4().hex[:10]}"
+    parameters = pika.URLParameters(other.amqp_url())
+    parameters.client_properties = {"connection_name": label}
+    consumer = pika.BlockingConnection(parameters)
+    publisher = pika.BlockingConnection(pika.URLParameters(management.amqp_url))
+    try:
+        channel = consumer.channel()
+        channel.basic_qos(prefetch_count=10)
+        queue = f"mgmt-unacked-{uuid.uuid4().hex[:8]}"
+        channel.queue_declare(queue, auto_delete=True)
+        received: list[bytes] = []
+        channel.basic_consume(queue, lambda _ch, _m, _p, body: received.append(body))
+
+        def unacked() -> int | None:
+            found = find_connection(management, label)
+            if found is None:
+                return None
+            for item in management.call("GET", "/api/channels").body:
+                if item["connection_details"]["name"] == found["name"]:
+                    return int(item["messages_unacknowledged"])
+            return None
+
+        assert wait_until(lambda: True if unacked() == 0 else None)
+        out = publisher.channel()
+        out.confirm_delivery()
+        for i in range(3):
+            out.basic_publish("", queue, f"m{i}".encode())
+        deadline = 30.0
+        while len(received) < 3 and deadline > 0:
+            consumer.process_data_events(time_limit=0.2)
+            deadline -= 0.2
+        assert len(received) == 3
+        # Nothing more is sent on the consumer's connection: no acks, no other method.
+        assert wait_until(lambda: True if unacked() == 3 else None), unacked()
+    finally:
+        for connection in (publisher, consumer):
+            if connection.is_open:
+                connection.close()
