@@ -21,6 +21,7 @@ from starlight_py.amqp.errors import ConnectionForced
 from starlight_py.auth.authenticator import build_authenticator
 from starlight_py.backend import consumer_ack, list_acks, listened, producer_flush, producer_send
 from starlight_py.backend.batching_support import batching_caveat, batching_refusal
+from starlight_py.backend.dispatch_turns import turns_caveat
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.backend.stream_index import stream_index_refusal
@@ -277,6 +278,7 @@ async def serve(
     if config.producer_batching:
         await trio.to_thread.run_sync(_check_batching, services)
     await trio.to_thread.run_sync(_check_stream_index, services)
+    await trio.to_thread.run_sync(_check_dispatch_turns, services)
     services.cache.on_change(services.topology_changed)
     try:
         await _connect_metadata(services.zookeeper, shutdown)
@@ -406,6 +408,14 @@ def _check_stream_index(services: ProxyServices) -> None:
             "deliveries carry x-stream-offset -1 (docs/operations.md#what-pulsar-needs)",
             reason,
         )
+
+
+def _check_dispatch_turns(services: ProxyServices) -> None:
+    """Competing consumers get a burst in turns only from brokers that dispatch one entry
+    per turn (backend/dispatch_turns.py): say at start when they do not."""
+    caveat = turns_caveat(services.topology.admin)
+    if caveat is not None:
+        log.warning("competing consumers: %s (docs/operations.md#what-pulsar-needs)", caveat)
 
 
 async def _in_thread_until_cancelled(call: Callable[[], object]) -> None:

@@ -16,6 +16,7 @@ from starlight_py.backend.batching_support import (
     CURSOR_CLOSE_TO_LEDGER,
     CURSOR_CLOSE_TO_METADATA_STORE,
 )
+from starlight_py.backend.dispatch_turns import IN_TURNS, ROUND_ROBIN_BATCH
 from starlight_py.backend.stream_index import STREAM_OFFSET_BROKER_SETTINGS
 from starlight_py.local.backlog_plugin import backlog_plugin_settings
 from starlight_py.local.distribution import (
@@ -141,6 +142,8 @@ def standalone_conf(
             # pulsarProducerBatching: a message of a batch entry is acknowledged (and
             # negatively acknowledged) alone, not with its whole batch.
             "acknowledgmentAtBatchIndexLevelEnabled": "true",
+            # Competing consumers get a burst in turns, as on RabbitMQ.
+            ROUND_ROBIN_BATCH: IN_TURNS,
             # ... and those acknowledgements survive a topic reload (backend/batching_support.py).
             CURSOR_CLOSE_TO_METADATA_STORE: CURSOR_CLOSE_TO_LEDGER,
             # Stream offsets: every entry carries the index of its last message in the topic

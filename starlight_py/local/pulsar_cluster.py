@@ -27,6 +27,7 @@ from starlight_py.backend.batching_support import (
     CURSOR_CLOSE_TO_LEDGER,
     CURSOR_CLOSE_TO_METADATA_STORE,
 )
+from starlight_py.backend.dispatch_turns import IN_TURNS, ROUND_ROBIN_BATCH
 from starlight_py.backend.stream_index import STREAM_OFFSET_BROKER_SETTINGS
 from starlight_py.local.backlog_plugin import backlog_plugin_settings
 from starlight_py.local.distribution import (
@@ -63,6 +64,7 @@ BROKER_SETTINGS_THE_PROXY_NEEDS = {
     "isDelayedDeliveryDeliverAtTimeStrict": "true",
     "delayedDeliveryTickTimeMillis": "100",
     "acknowledgmentAtBatchIndexLevelEnabled": "true",
+    ROUND_ROBIN_BATCH: IN_TURNS,
     CURSOR_CLOSE_TO_METADATA_STORE: CURSOR_CLOSE_TO_LEDGER,
     "statsUpdateFrequencyInSecs": "5",
     "statsUpdateInitialDelayInSecs": "5",

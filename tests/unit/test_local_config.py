@@ -64,6 +64,8 @@ def test_standalone_conf_rewrites_existing_keys_and_appends_missing_ones():
         "isDelayedDeliveryDeliverAtTimeStrict": "true",
         "delayedDeliveryTickTimeMillis": "100",
         "acknowledgmentAtBatchIndexLevelEnabled": "true",
+        # Competing consumers get a burst in turns.
+        "dispatcherMaxRoundRobinBatchSize": "1",
         "managedLedgerMaxUnackedRangesToPersistInMetadataStore": "-1",
         # Stream offsets: the message index on every entry, handed to clients too.
         "brokerEntryMetadataInterceptors": (
