@@ -154,7 +154,7 @@ def list_queues(ctx: AdminContext, args: argparse.Namespace) -> Table:
         if stream:
             # A stream's consumers read with readers of their own, not its subscriptions;
             # what its subscriptions hold is what it retains.
-            consumer_count = ctx.topology.queue_counts(
+            consumer_count = ctx.topology.counts.queue_counts(
                 args.vhost, record.namespace, queue.name
             ).consumer_count
         rows.append(

@@ -364,7 +364,7 @@ class SubscriptionCleaner:
             if not (cached.exclusive or cached.auto_delete or expires_after(cached)):
                 continue
             try:
-                state = self.topology.queue_state(vhost, cached.name)
+                state = self.topology.consumers.queue_state(vhost, cached.name)
                 if state is None:
                     continue
                 reason = self._abandoned(vhost, state, now)
@@ -396,7 +396,7 @@ class SubscriptionCleaner:
         if state.used_at is None:
             # Declared without x-expires, so never marked used: a policy gave it `expires`
             # just now, and its clock starts now (as RabbitMQ's, when a policy changes).
-            self.topology.touch_queue(vhost, queue.name)
+            self.topology.consumers.touch_queue(vhost, queue.name)
             return None
         if state.consumers:
             self._last_in_use[key] = now
@@ -416,7 +416,7 @@ class SubscriptionCleaner:
             return
 
         def still_abandoned(current: Queue) -> bool:
-            state = self.topology.queue_state(vhost, current.name)
+            state = self.topology.consumers.queue_state(vhost, current.name)
             return state is not None and self._abandoned(vhost, state, time.monotonic()) is not None
 
         if self.topology.delete_abandoned_queue(

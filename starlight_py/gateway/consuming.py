@@ -164,7 +164,7 @@ class Consumers:
             # sees the consumer or deletes the queue before it registers (then NotFound).
             # Registering also checks exclusive use (403), from the other registrations.
             await trio.to_thread.run_sync(
-                self.topology.register_consumer,
+                self.topology.consumers.register_consumer,
                 self.ctx.vhost,
                 record,
                 f"{self.prefix}/{link.registry_name}",

@@ -155,7 +155,7 @@ class Getters:
         # The cache's record has the queue's policy applied (TTL, dead-lettering, expires).
         record = consumers.cache.queue(vhost, queue) or record
         if expires_after(record) is not None:
-            await trio.to_thread.run_sync(topology.touch_queue, vhost, queue, True)
+            await trio.to_thread.run_sync(topology.consumers.touch_queue, vhost, queue, True)
         sets.sort(key=rank, reverse=True)  # a priority queue's highest band comes first
         if last_sets is None or [b.subscription for b in last_sets] != [
             b.subscription for b in sets
@@ -167,12 +167,12 @@ class Getters:
         session.get_sources[queue] = sets
         counts = GetCounts.of(stats, consumers.backend.batching)
         # get-ok's message_count: the ready messages as RabbitMQ counts them, read ahead by
-        # a proxy or not (TopologyService.queue_counts).
+        # a proxy or not (QueueCounting.queue_counts).
         total_ready = ready_messages(
             counts.waiting,
             sum(counts.ready.values()),
             held,
-            topology.local_settling(vhost, queue),
+            topology.counts.local_settling(vhost, queue),
         )
         for binding_set in sets:
             if await self._get_from_set(
@@ -252,10 +252,10 @@ class Getters:
         OTHERS_HELD_AGE ago (then without leaving the trio thread)."""
         topology = self.consumers.topology
         vhost = self.consumers.ctx.vhost
-        recent = topology.recent_held_messages(vhost, queue, OTHERS_HELD_AGE)
+        recent = topology.counts.recent_held_messages(vhost, queue, OTHERS_HELD_AGE)
         if recent is not None:
             return recent
-        held: int = await trio.to_thread.run_sync(topology.held_messages, vhost, queue)
+        held: int = await trio.to_thread.run_sync(topology.counts.held_messages, vhost, queue)
         return held
 
     async def _usable_record(self, session: ChannelSession, queue: str) -> Queue:

@@ -9,7 +9,7 @@ proxies know: each channel's core keeps them by queue (`Channel.held`), and this
 writes, at most every `FLUSH_INTERVAL`, one ephemeral znode per queue and proxy with this
 proxy's number (`<root>/v1/held/<vhost>/<queue>/<proxy id>`, outside the topology cache).
 A count reads this proxy's numbers directly and the other proxies' from ZooKeeper
-(TopologyService.held_messages); a proxy that dies takes its znodes with it, as Pulsar
+(QueueCounting.held_messages); a proxy that dies takes its znodes with it, as Pulsar
 hands its deliveries back to the queue.
 """
 

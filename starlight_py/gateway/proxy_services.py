@@ -98,8 +98,8 @@ class ProxyServices:
                 self.ephemerals,
                 lambda: settling_time(self.backend.ack_grouping_ms),
             )
-            self.topology.local_held = self.held.local
-            self.topology.local_settling = self.held.settling
+            self.topology.counts.local_held = self.held.local
+            self.topology.counts.local_settling = self.held.settling
         if self.pre_acks is None:
             self.pre_acks = PreAcks(self.cache, self.backend, self.proxy_id)
         if self.reaper is None:

@@ -120,7 +120,11 @@ class QueueLengths:
             # What this proxy sent must be stored before the stats can count it.
             await trio.to_thread.run_sync(self.producers.flush_all)
             depth, subscriptions = await trio.to_thread.run_sync(
-                self.topology.queue_depth, vhost, namespace, queue, limit.max_bytes is not None
+                self.topology.counts.queue_depth,
+                vhost,
+                namespace,
+                queue,
+                limit.max_bytes is not None,
             )
         except (PulsarAdminError, BackendUnavailable, MetadataUnavailable) as e:
             log.warning("cannot read the depth of queue %r: %s", queue, e)

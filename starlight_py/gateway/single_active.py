@@ -1,7 +1,7 @@
 """`x-single-active-consumer`: of a queue's consumers, on every proxy, one reads.
 
 Each consumer of such a queue takes a place in the queue's line in ZooKeeper (an ephemeral
-sequential znode, `TopologyService.stand_in_line`) when it starts; the first in line is the
+sequential znode, `QueueConsumers.stand_in_line`) when it starts; the first in line is the
 active one. The others are registered consumers (consume-ok, `consumer_count`) that read
 nothing: they look at the line every `POLL` and subscribe once the consumers before them
 are gone (cancelled, their channel or connection closed, their proxy dead). What the
@@ -37,9 +37,12 @@ async def join_line(consumers: ConsumingServices, link: ConsumerLink) -> None:
     topology = consumers.topology
     vhost = consumers.ctx.vhost
     link.place = await trio.to_thread.run_sync(
-        topology.stand_in_line, vhost, link.queue, f"{consumers.prefix}/{link.registry_name}"
+        topology.consumers.stand_in_line,
+        vhost,
+        link.queue,
+        f"{consumers.prefix}/{link.registry_name}",
     )
-    first = await trio.to_thread.run_sync(topology.first_in_line, vhost, link.queue)
+    first = await trio.to_thread.run_sync(topology.consumers.first_in_line, vhost, link.queue)
     link.waiting = first != link.place
 
 
@@ -51,7 +54,7 @@ async def wait_for_turn(consumers: ConsumingServices, link: ConsumerLink) -> Non
         await trio.sleep(POLL)
         try:
             first = await trio.to_thread.run_sync(
-                topology.first_in_line, vhost, link.queue, abandon_on_cancel=True
+                topology.consumers.first_in_line, vhost, link.queue, abandon_on_cancel=True
             )
         except MetadataUnavailable as e:
             log.debug("single active consumer %s: %s", link.tag, e)
@@ -73,7 +76,7 @@ async def leave_line(consumers: ConsumingServices, link: ConsumerLink) -> None:
     place, link.place = link.place, None
     try:
         await trio.to_thread.run_sync(
-            consumers.topology.leave_line, consumers.ctx.vhost, link.queue, place
+            consumers.topology.consumers.leave_line, consumers.ctx.vhost, link.queue, place
         )
     except MetadataUnavailable as e:
         # Ephemeral: it goes with this proxy's session at the latest.

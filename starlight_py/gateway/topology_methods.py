@@ -471,7 +471,7 @@ class TopologyMethods:
             # so the SubscriptionCleaner deletes it later.
             for name in sorted(ctx.exclusive_queues):
                 with contextlib.suppress(Exception):
-                    await self._run(self.service.release_owner, ctx.vhost, name)
+                    await self._run(self.service.consumers.release_owner, ctx.vhost, name)
             ctx.exclusive_queues.clear()
 
 

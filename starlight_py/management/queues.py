@@ -38,9 +38,9 @@ from starlight_py.model.topology import Queue, check_queue_name_declarable
 def _shaped(call: ApiCall, record: VhostRecord, queue: Queue, at: float) -> QueueReading:
     """The queue as listed, its reading recorded (`at`) for the charts (samples.py)."""
     topology = call.context.services.topology
-    counts, flow = topology.queue_overview(record.name, record.namespace, queue.name)
+    counts, flow = topology.counts.queue_overview(record.name, record.namespace, queue.name)
     ready = counts.message_count
-    unacked = topology.held_messages(record.name, queue.name)
+    unacked = topology.counts.held_messages(record.name, queue.name)
     rates = call.context.rates.observe(
         (record.name, queue.name),
         {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked},

@@ -62,7 +62,7 @@ QueueChange = tuple[str, str] | None
 VERSION_CHECK_PAUSE = 0.0005  # s between looks for reads in flight (routing versions)
 
 
-# A consumer's registered name (topology.register_consumer) carries its prefetch: PREFETCH_MARK
+# A consumer's registered name (topology/queue_consumers.py) carries its prefetch: PREFETCH_MARK
 # and the number, before the exclusive mark if any. gateway/consuming.py writes it.
 PREFETCH_MARK = "!p"
 # "!x" is topology.service.EXCLUSIVE_MARK (metadata/ does not import topology/).

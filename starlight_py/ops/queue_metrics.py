@@ -186,7 +186,9 @@ class QueueMetrics(Collector):
                     stats.unacked,
                     len(stats.consumer_names),
                 )
-        return combine(queues, samples, self.topology.held_messages, self.topology.consumer_count)
+        return combine(
+            queues, samples, self.topology.counts.held_messages, self.topology.counts.consumer_count
+        )
 
     def collect(self) -> Iterable[Metric]:
         samples = self.samples if self.exporting() else []

@@ -17,17 +17,14 @@ subscription is deleted again.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import secrets
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from starlight_py.amqp.errors import AccessRefused, NotFound, PreconditionFailed
+from starlight_py.amqp.errors import NotFound, PreconditionFailed
 from starlight_py.amqp.method_ids import (
-    BASIC_CONSUME,
     EXCHANGE_DECLARE,
     EXCHANGE_DELETE,
     QUEUE_BIND,
@@ -63,10 +60,8 @@ from starlight_py.metadata.zookeeper import (
     ZooKeeperClient,
 )
 from starlight_py.model import naming
-from starlight_py.model.counts import QueueFlow, ready_messages
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.priorities import PRIORITY_BAND_TYPE, band_count, max_priority_of
-from starlight_py.model.queue_limits import QueueDepth
 from starlight_py.model.routing import binding_matches
 from starlight_py.model.streams import is_stream, purge_refused
 from starlight_py.model.topology import (
@@ -89,48 +84,29 @@ from starlight_py.topology.default_bindings import (
 )
 from starlight_py.topology.errors import TopologyConflict
 from starlight_py.topology.exchange_bindings import ExchangeBindings, unique_deletes
+from starlight_py.topology.queue_consumers import (
+    EXCLUSIVE_MARK,
+    QueueConsumers,
+    QueueState,
+    expires_after,
+    use_stamp,
+)
+from starlight_py.topology.queue_counting import QueueCounting, QueueCounts
 
-__all__ = ["QueueCounts", "QueueState", "TopologyConflict", "TopologyService"]
+__all__ = [
+    "EXCLUSIVE_MARK",
+    "QueueCounts",
+    "QueueState",
+    "TopologyConflict",
+    "TopologyService",
+    "expires_after",
+]
 
 log = logging.getLogger("starlight.topology")
 
 MAX_ATTEMPTS = 20
 TOUCH_INTERVAL = 1.0  # seconds
 T = TypeVar("T")
-
-
-EXCLUSIVE_MARK = "!x"
-"""Ends the registered name of an exclusive consumer (basic.consume with exclusive)."""
-_EXCLUSIVE_SEGMENT = naming.escape(EXCLUSIVE_MARK)
-
-
-@dataclass(frozen=True)
-class QueueCounts:
-    message_count: int
-    consumer_count: int
-
-
-@dataclass(frozen=True)
-class QueueState:
-    """A queue's lifecycle state in ZooKeeper."""
-
-    queue: Queue
-    consumers: int  # registered AMQP consumers, on every proxy
-    has_owner: bool  # an exclusive queue's owning connection is alive
-    consumed: bool  # an auto-delete queue has had a consumer
-    used_at: float | None  # x-expires queues: last declare/get/consumer change
-
-
-def expires_after(queue: Queue) -> float | None:
-    """The queue's `x-expires` in seconds, or None."""
-    value = queue.arguments.get("x-expires")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value / 1000
-    return None
-
-
-def _timestamp() -> bytes:
-    return json.dumps({"at": time.time()}).encode()
 
 
 def _retrying(operation: Callable[[], T]) -> T:
@@ -160,8 +136,6 @@ class TopologyService:
         self.admin = admin
         self.backend = backend  # for purging subscriptions that have unacked messages
         self.ephemerals = ephemerals or EphemeralNodes(zookeeper, "unnamed")
-        self._touched: dict[tuple[str, str], float] = {}
-        # The other proxies' unacknowledged deliveries per queue, when read (held_messages).
         # Queue deletions this process started: what a get confirmed in ZooKeeper before one
         # is confirmed there again (gateway/getting.py).
         self.queue_deletions = 0
@@ -169,12 +143,12 @@ class TopologyService:
         # process): a get whose channel read the queue's binding sets before reads them
         # again (gateway/getting.py).
         self.default_bindings_made = 0
-        self._others_held: dict[tuple[str, str], tuple[float, int]] = {}
-        # This process's own unacked deliveries of a queue (gateway/held_messages.py),
-        # exact where ZooKeeper's copy may lag: set by the proxy, none in the admin tool.
-        self.local_held: Callable[[str, str], int] | None = None
-        # ... and its deliveries settled a moment ago, which Pulsar may still count.
-        self.local_settling: Callable[[str, str], int] = lambda _vhost, _queue: 0
+        # What queues hold and who reads them (queue_counting.py), and the consumers'
+        # records (queue_consumers.py).
+        self.counts = QueueCounting(
+            zookeeper, paths, admin, self.ephemerals, self.get_queue, self.binding_sets
+        )
+        self.consumers = QueueConsumers(zookeeper, paths, self.ephemerals, self.get_queue)
         self.exchange_bindings = ExchangeBindings(zookeeper, paths, self.get_exchange)
         # Runs the Pulsar side of a queue deletion (see background_work.py): at once in the
         # admin tool, after delete-ok in the proxy.
@@ -424,8 +398,8 @@ class TopologyService:
             queue.check_equivalent(wanted, vhost)
             validate_queue_arguments(wanted.name, vhost, wanted.arguments)
         if expires_after(queue) is not None:
-            self.touch_queue(vhost, queue.name)
-        return self.queue_counts(vhost, namespace, queue.name)
+            self.consumers.touch_queue(vhost, queue.name)
+        return self.counts.queue_counts(vhost, namespace, queue.name)
 
     def usable_queue(self, vhost: str, name: str, owner: str, method: tuple[int, int]) -> Queue:
         """The queue, for a connection that wants to read it; raises NotFound, or
@@ -477,7 +451,7 @@ class TopologyService:
             # recognisably orphaned (the SubscriptionCleaner deletes it).
             ops.append(Create(owner_path, queue.owner.encode(), ephemeral=True))
         if expires_after(queue) is not None:
-            ops.append(Create(self.paths.queue_used(vhost, queue.name), _timestamp()))
+            ops.append(Create(self.paths.queue_used(vhost, queue.name), use_stamp()))
         try:
             self.zk.commit(ops)
             if queue.exclusive and queue.owner is not None:
@@ -538,129 +512,6 @@ class TopologyService:
             except Exception as e:
                 log.warning("could not delete subscription %s: %s", binding_set.subscription, e)
 
-    def queue_counts(self, vhost: str, namespace: NamespaceName, name: str) -> QueueCounts:
-        """Ready messages and AMQP consumers, as RabbitMQ counts them.
-
-        Ready: the backlog of the queue's subscriptions in Pulsar's stats (live), less the
-        delayed messages the broker tracks and less the deliveries still unacked on every
-        proxy (`held_messages`): what the proxies read ahead but have not delivered stays
-        ready. Consumers: their ZooKeeper registrations; every proxy registers a consumer
-        before consume-ok and removes it before cancel-ok, while a Pulsar consumer stays
-        open after a cancel as long as the channel holds messages it delivered (and
-        basic.get uses Pulsar consumers too)."""
-        return self.queue_overview(vhost, namespace, name)[0]
-
-    def queue_overview(
-        self,
-        vhost: str,
-        namespace: NamespaceName,
-        name: str,
-        known: tuple[Queue | None, list[tuple[BindingSet, int]]] | None = None,
-    ) -> tuple[QueueCounts, QueueFlow]:
-        """`queue_counts`, and how messages flow through the queue (from the same stats
-        calls). `known`: the queue and its `binding_sets` as just read (not read again).
-        Raises as `queue_depth`."""
-        consumers = self.consumer_count(vhost, name)
-        if known is None:
-            found = self.get_queue(vhost, name)
-            queue = None if found is None else found[0]
-        else:
-            queue = known[0]
-        if queue is not None and is_stream(queue.arguments):
-            # RabbitMQ 3.10 counts no messages in a stream's declare-ok; its size is in
-            # `queue_depth` (starlight-admin, metrics).
-            return QueueCounts(0, consumers), QueueFlow()
-        sets = None if known is None else known[1]
-        depth, _, flow = self.queue_depth_and_flow(vhost, namespace, name, False, sets)
-        return QueueCounts(depth.messages, consumers), flow
-
-    def consumer_count(self, vhost: str, name: str) -> int:
-        """The queue's AMQP consumers on every proxy (their ZooKeeper registrations)."""
-        return len(self.zk.children(self.paths.queue_consumers(vhost, name)))
-
-    def held_messages(self, vhost: str, name: str) -> int:
-        """AMQP deliveries of the queue not yet acknowledged, on every proxy: this
-        process's own exactly, the others' as they wrote them (at most FLUSH_INTERVAL old).
-        The others' sum is kept for `recent_held_messages`."""
-        others = self._held_by_others(vhost, name)
-        if len(self._others_held) >= 10_000:
-            self._others_held.clear()
-        self._others_held[(vhost, name)] = (time.monotonic(), others)
-        return self._own_held(vhost, name) + others
-
-    def recent_held_messages(self, vhost: str, name: str, others_max_age: float) -> int | None:
-        """`held_messages` when the others' sum was read at most `others_max_age` seconds
-        ago (no ZooKeeper read: callable on the trio thread), else None."""
-        read = self._others_held.get((vhost, name))
-        if read is None or time.monotonic() - read[0] > others_max_age:
-            return None
-        return self._own_held(vhost, name) + read[1]
-
-    def _own_held(self, vhost: str, name: str) -> int:
-        return self.local_held(vhost, name) if self.local_held is not None else 0
-
-    def _held_by_others(self, vhost: str, name: str) -> int:
-        own = segment(self.ephemerals.owner_id) if self.local_held is not None else None
-        total = 0
-        base = self.paths.held(vhost, name)
-        for child in self.zk.children(base):
-            if child == own:
-                continue
-            found = self.zk.get(f"{base}/{child}")
-            if found is not None:
-                try:
-                    total += int(found[0] or b"0")
-                except ValueError:
-                    log.warning("ignoring unreadable unacked count in %s/%s", base, child)
-        return total
-
-    def queue_depth(
-        self, vhost: str, namespace: NamespaceName, name: str, with_bytes: bool
-    ) -> tuple[QueueDepth, dict[str, tuple[naming.TopicName, int]]]:
-        """A queue's ready messages (and, `with_bytes`, their stored size), counted as in
-        `queue_counts`, with each binding subscription's topic and ready count as Pulsar
-        sees it (for drop-head). Raises PulsarAdminError, BackendUnavailable,
-        MetadataUnavailable."""
-        depth, by_subscription, _ = self.queue_depth_and_flow(vhost, namespace, name, with_bytes)
-        return depth, by_subscription
-
-    def queue_depth_and_flow(
-        self,
-        vhost: str,
-        namespace: NamespaceName,
-        name: str,
-        with_bytes: bool,
-        sets: list[tuple[BindingSet, int]] | None = None,
-    ) -> tuple[QueueDepth, dict[str, tuple[naming.TopicName, int]], QueueFlow]:
-        """`queue_depth`, and the flow through the queue's subscriptions (`sets`: its
-        `binding_sets` as just read). Raises as `queue_depth`."""
-        flow = QueueFlow()
-        waiting = 0
-        undispatched = 0
-        stored = 0
-        backlog = 0
-        by_subscription: dict[str, tuple[naming.TopicName, int]] = {}
-        for binding_set, _ in self.binding_sets(vhost, name) if sets is None else sets:
-            topic = naming.TopicName(namespace, binding_set.subscription_topic)
-            stats = self.admin.subscription_stats(topic, with_bytes).get(binding_set.subscription)
-            if stats is not None:
-                waiting += max(0, stats.backlog - stats.delayed)
-                undispatched += stats.ready
-                stored += stats.backlog_bytes
-                backlog += stats.backlog
-                by_subscription[binding_set.subscription] = (topic, stats.ready)
-                flow = flow.plus(stats.flow)
-        ready = 0
-        if waiting:
-            ready = ready_messages(
-                waiting,
-                undispatched,
-                self.held_messages(vhost, name),
-                self.local_settling(vhost, name),
-            )
-        size = stored * ready // backlog if backlog > 0 else 0
-        return QueueDepth(ready, size), by_subscription, flow
-
     def delete_queue(
         self,
         vhost: str,
@@ -718,7 +569,7 @@ class TopologyService:
             # Read once: the counts and the transaction below work from the same records.
             sets = self._active_sets(vhost, name)
             draining = self.draining(vhost, name)
-            counts = self.queue_overview(
+            counts = self.counts.queue_overview(
                 vhost, namespace, name, (queue, self._with_draining(sets, draining))
             )[0]
             if if_unused and counts.consumer_count:
@@ -802,74 +653,6 @@ class TopologyService:
 
     # ---- queue lifecycle: consumers, ownership, use ------------------------------------------
 
-    def register_consumer(
-        self, vhost: str, queue: Queue, consumer: str, exclusive: bool = False
-    ) -> None:
-        """Record an AMQP consumer of `queue` (ephemeral, so a dead proxy's consumers go
-        away with its session); an exclusive consumer's name ends with EXCLUSIVE_MARK.
-        Raises NotFound when the queue is gone, AccessRefused when the queue is in
-        exclusive use, or `exclusive` and another consumer reads it (RabbitMQ's 403)."""
-        path = self.paths.queue_consumer(vhost, queue.name, consumer)
-        mine = path.rsplit("/", 1)[1]
-        try:
-            present = self.zk.children(self.paths.queue_consumers(vhost, queue.name))
-        except NodeMissing:
-            present = []
-        others = [c for c in present if c != mine]
-        if others and (exclusive or any(c.endswith(_EXCLUSIVE_SEGMENT) for c in others)):
-            raise AccessRefused(
-                f"queue '{queue.name}' in vhost '{vhost}' in exclusive use", BASIC_CONSUME
-            )
-        data = self.ephemerals.owner_id.encode()
-        for _ in range(2):
-            try:
-                self.zk.create(path, data, ephemeral=True)
-                break
-            except NodeAlreadyExists:
-                break
-            except NodeMissing:
-                # A queue made before consumers were recorded: add the directory.
-                if self.get_queue(vhost, queue.name) is None:
-                    raise NotFound(
-                        f"no queue '{queue.name}' in vhost '{vhost}'", BASIC_CONSUME
-                    ) from None
-                with contextlib.suppress(NodeAlreadyExists):
-                    self.zk.create(self.paths.queue_consumers(vhost, queue.name))
-        self.ephemerals.remember(path, data)
-        if queue.auto_delete:
-            with contextlib.suppress(NodeAlreadyExists, NodeMissing):
-                self.zk.create(self.paths.queue_consumed(vhost, queue.name))
-        if expires_after(queue) is not None:
-            self.touch_queue(vhost, queue.name)
-
-    def stand_in_line(self, vhost: str, queue: str, consumer: str) -> str:
-        """A consumer of an `x-single-active-consumer` queue takes its place in the line
-        (after every consumer there, on any proxy); returns its place, for `first_in_line`
-        and `leave_line`. Raises NotFound when the queue is gone."""
-        base = self.paths.queue_single_active(vhost, queue)
-        data = consumer.encode()
-        try:
-            path = self.zk.create_sequential(f"{base}/c-", data)
-        except NodeMissing:
-            if self.get_queue(vhost, queue) is None:
-                raise NotFound(f"no queue '{queue}' in vhost '{vhost}'", BASIC_CONSUME) from None
-            with contextlib.suppress(NodeAlreadyExists):
-                self.zk.create(base)
-            path = self.zk.create_sequential(f"{base}/c-", data)
-        self.ephemerals.remember(path, data)
-        return path.rsplit("/", 1)[1]
-
-    def first_in_line(self, vhost: str, queue: str) -> str | None:
-        """The place of the queue's active consumer (the first in line), if any."""
-        line = sorted(self.zk.children(self.paths.queue_single_active(vhost, queue)))
-        return line[0] if line else None
-
-    def leave_line(self, vhost: str, queue: str, place: str) -> None:
-        path = f"{self.paths.queue_single_active(vhost, queue)}/{place}"
-        self.ephemerals.forget(path)
-        with contextlib.suppress(NodeMissing):
-            self.zk.delete(path)
-
     def unregister_consumer(
         self, vhost: str, namespace: NamespaceName, queue: Queue, consumer: str
     ) -> bool:
@@ -880,7 +663,7 @@ class TopologyService:
         with contextlib.suppress(NodeMissing):
             self.zk.delete(path)
         if expires_after(queue) is not None:
-            self.touch_queue(vhost, queue.name)
+            self.consumers.touch_queue(vhost, queue.name)
         if not queue.auto_delete:
             return False
         return self.delete_abandoned_queue(
@@ -892,48 +675,6 @@ class TopologyService:
             ),
             "auto-delete: its last consumer went away",
         )
-
-    def touch_queue(self, vhost: str, name: str, throttle: bool = False) -> None:
-        """Mark an x-expires queue used now (declare, get, consumers coming and going).
-        With `throttle`, at most once a second per queue from this process (gets)."""
-        key = (vhost, name)
-        moment = time.monotonic()
-        if throttle and moment - self._touched.get(key, -TOUCH_INTERVAL) < TOUCH_INTERVAL:
-            return
-        self._touched[key] = moment
-        if len(self._touched) > 10_000:
-            self._touched.clear()
-        path = self.paths.queue_used(vhost, name)
-        try:
-            self.zk.set(path, _timestamp())
-        except NodeMissing:
-            with contextlib.suppress(NodeAlreadyExists, NodeMissing):
-                self.zk.create(path, _timestamp())
-
-    def queue_state(self, vhost: str, name: str) -> QueueState | None:
-        """What the cluster needs to judge a queue abandoned; None when it is gone."""
-        found = self.get_queue(vhost, name)
-        if found is None:
-            return None
-        queue: Queue = found[0]
-        base = self.paths.queue(vhost, name)
-        children = set(self.zk.children(base))
-        consumers = len(self.zk.children(f"{base}/consumers")) if "consumers" in children else 0
-        used_at = self.zk.modified_at(f"{base}/used") if "used" in children else None
-        return QueueState(
-            queue,
-            consumers=consumers,
-            has_owner="owner" in children,
-            consumed="consumed" in children,
-            used_at=used_at,
-        )
-
-    def release_owner(self, vhost: str, name: str) -> None:
-        """Stop holding an exclusive queue's ownership (its connection is gone)."""
-        path = self.paths.queue_owner(vhost, name)
-        self.ephemerals.forget(path)
-        with contextlib.suppress(NodeMissing):
-            self.zk.delete(path)
 
     def purge_queue(self, vhost: str, namespace: NamespaceName, name: str, owner: str) -> int:
         """Drop the ready messages of a queue; returns how many: the ready count of the
