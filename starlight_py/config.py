@@ -91,7 +91,7 @@ class Listener:
 MAX_UNCHUNKED_MESSAGE_SIZE = 4 * MIB
 """The largest body a batching producer sends (Pulsar cannot chunk batched messages): below
 the broker's default maxMessageSize of 5 MiB, with room for properties. Larger ones go,
-chunked, through a second producer of the topic (gateway/publishing.py)."""
+chunked, through a second producer of the topic (gateway/publish/publishing.py)."""
 
 
 def _key(name: str, doc: str, unit: str = "") -> dict[str, str]:

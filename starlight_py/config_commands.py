@@ -26,7 +26,7 @@ from starlight_py.config import (
     load_config,
     read_conf_file,
 )
-from starlight_py.gateway.tls import server_tls
+from starlight_py.gateway.connection.tls import server_tls
 from starlight_py.units import MILLISECONDS
 
 MASK = "********"

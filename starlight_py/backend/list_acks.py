@@ -9,7 +9,7 @@ broker, and pulsar-client's C API takes one id per call. Its C++ API also takes 
 ids (`pulsar::Consumer::acknowledgeAsync`), which, ungrouped, is one command for the whole
 list. So listened consumers (backend/listened.py) are made without grouping, the gateway
 gathers what a round of the trio loop acknowledges on each of them, and it goes to the
-broker as one list (gateway/consuming.py).
+broker as one list (gateway/consume/consuming.py).
 
 Used when listened consumers are, the compiled module has the list call, pulsar-client's
 library exports the member function by its mangled name, and pulsar-client is a version it

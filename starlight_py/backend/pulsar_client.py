@@ -133,7 +133,7 @@ def effective_ack_grouping_ms(configured: int, batching: bool, consumers: int = 
     holds fewer than CONSUMERS_PER_GROUPING_STEP, one more step of it for each step of
     consumers, and never above `configured`: a requeued message of a batch entry waits for
     the grouped acknowledgements of its entry to be sent before it goes back
-    (gateway/batch_requeues.py), so the grouping time is how late such a requeue is."""
+    (gateway/consume/batch_requeues.py), so the grouping time is how late such a requeue is."""
     if not batching:
         return configured
     steps = 1 + max(0, consumers) // CONSUMERS_PER_GROUPING_STEP
@@ -464,7 +464,7 @@ class ConsumerHandle:
         # Listened (backend/listened.py): the C API's consumer, and its key in the reader.
         self._listened_at = 0
         self._listen_key = 0
-        # ms its acknowledgements are grouped for (gateway/batch_requeues.py waits as long)
+        # ms its acknowledgements are grouped for (gateway/consume/batch_requeues.py waits as long)
         self.ack_grouping_ms = PULSAR_ACK_GROUPING_MS
         # Ungrouped, acknowledging a list per call (backend/list_acks.py): the gateway
         # gathers a round's acknowledgements of it (`gather_acks`, `send_gathered_acks`).

@@ -218,7 +218,7 @@ def serve_trio(port: int, lean: bool) -> None:
             pass  # an exception would end serve_tcp, and the server with it
 
     async def lean_echo(stream: trio.SocketStream) -> None:
-        # The proxy's plain-TCP path (gateway/client_connection.py): wait until readable,
+        # The proxy's plain-TCP path (gateway/connection/client_connection.py): wait until readable,
         # then read and write the fd without going through the run loop again.
         fd = stream.socket.fileno()
         try:

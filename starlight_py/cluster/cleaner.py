@@ -345,7 +345,7 @@ class SubscriptionCleaner:
         return (stats.backlog, stats.backlog_bytes)
 
     def _stale_held_counts(self) -> None:
-        """The folders of unacked counts (gateway/held_messages.py) of queues that no longer
+        """The folders of unacked counts (gateway/consume/held_messages.py) of queues that no longer
         exist, once no proxy has a count in them."""
         root = self.paths.held_root
         for vhost_segment in self.zk.children(root):

@@ -1,6 +1,6 @@
 """Every proxy's AMQP connections, channels and consumers, for the management API of any
 proxy: each proxy writes what it holds to one ephemeral znode (zlib-compressed JSON, in
-RabbitMQ's management shapes, gateway/connection_report.py) every REPORT_INTERVAL when it
+RabbitMQ's management shapes, gateway/connection/connection_report.py) every REPORT_INTERVAL when it
 changed; the znode goes away with the proxy. A request to close a connection is a znode
 under its proxy's `close_requests`, which that proxy watches, takes and carries out (320
 CONNECTION_FORCED with the reason) at once.

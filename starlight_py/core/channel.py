@@ -584,7 +584,7 @@ class Channel:
         for item in taken:
             queue = item.queue
             if queue is not None:
-                # basic.get's consumers do not group acknowledgements (gateway/getting.py):
+                # basic.get's consumers do not group acknowledgements (gateway/consume/getting.py):
                 # counted as settling, an ack Pulsar already heard of would be left out
                 # twice.
                 into = heard if acked and item.consumer is None else by_queue

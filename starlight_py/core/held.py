@@ -1,5 +1,5 @@
 """The AMQP deliveries a process holds unacked, by queue: what exact message counts subtract
-from Pulsar's backlog (gateway/held_messages.py publishes them, model/counts.py combines).
+from Pulsar's backlog (gateway/consume/held_messages.py publishes them, model/counts.py combines).
 
 Shared by every channel core of one vhost in the process, changed on the trio thread only.
 A delivery the client acknowledged (or rejected without requeue) stops being held at once,

@@ -22,7 +22,7 @@ class ChannelSession:
     last_queue: str | None = None
     # basic.get reads through one Pulsar consumer per binding subscription, kept between
     # gets (a message it prefetched is the next one returned) and closed once it has not
-    # been got from for a while (gateway/getting.py).
+    # been got from for a while (gateway/consume/getting.py).
     getters: dict[str, ConsumerHandle] = field(default_factory=dict)
     # Deliveries of each getter not settled yet (by id() of the handle): it stays open
     # while it holds any, since closing it would requeue them.
@@ -39,7 +39,7 @@ class ChannelSession:
     get_sources_made: int = 0
     # The topology cache's record of each queue when a get of it last confirmed it in
     # ZooKeeper, with the process's queue deletions then: while both are still what they
-    # were, the next get of the queue skips that read (gateway/getting.py).
+    # were, the next get of the queue skips that read (gateway/consume/getting.py).
     get_records: dict[str, tuple[Queue, int]] = field(default_factory=dict)
     getter_closer: bool = False  # the task closing idle getters runs
     # Set once the broker has handled what each getter acknowledged so far, by

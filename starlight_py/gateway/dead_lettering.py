@@ -44,19 +44,19 @@ from starlight_py.backend.pulsar_client import (
 )
 from starlight_py.core.held import HeldCounts
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.default_binding import default_binding_ready
-from starlight_py.gateway.exchange_routing import (
+from starlight_py.gateway.publish.default_binding import default_binding_ready
+from starlight_py.gateway.publish.exchange_routing import (
     follows_bindings,
     route_through_bindings,
     written_copies,
 )
-from starlight_py.gateway.message_copies import (
+from starlight_py.gateway.publish.message_copies import (
     copy_targets,
     has_own_topics,
     message_copies,
     stored_copy_targets,
 )
-from starlight_py.gateway.producer_pool import ProducerPool
+from starlight_py.gateway.publish.producer_pool import ProducerPool
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
@@ -424,7 +424,7 @@ class DeadLetters:
         sending: Callable[[], None],
     ) -> bool:
         """`_send` for a dead-letter exchange with exchange-to-exchange bindings: one copy
-        per reached exchange that serves a queue first (gateway/exchange_routing.py)."""
+        per reached exchange that serves a queue first (gateway/publish/exchange_routing.py)."""
         vhost = self.ctx.vhost
         headers = dead_properties.headers
         route = await route_through_bindings(

@@ -2,7 +2,7 @@
 
 RabbitMQ expires messages at the head of a queue as their TTL passes, with or without a
 consumer; the retry pattern "a wait queue with a TTL and a dead-letter exchange, and no
-consumer" depends on it. Deliveries and gets expire what they read (gateway/consuming.py,
+consumer" depends on it. Deliveries and gets expire what they read (gateway/consume/consuming.py,
 getting.py); this task covers the queues nobody reads.
 
 What it watches:
@@ -37,10 +37,10 @@ from starlight_py.backend.message_codec import EXPIRATION_KEY
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.backend.pulsar_client import BackendError, PulsarBackend
 from starlight_py.core.held import HeldCounts
-from starlight_py.gateway.consuming import Consumers
+from starlight_py.gateway.consume.consuming import Consumers
+from starlight_py.gateway.consume.requeued import RequeuedPositions
 from starlight_py.gateway.dead_lettering import DeadLetters
-from starlight_py.gateway.producer_pool import ProducerPool
-from starlight_py.gateway.requeued import RequeuedPositions
+from starlight_py.gateway.publish.producer_pool import ProducerPool
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import QueueChange, TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable

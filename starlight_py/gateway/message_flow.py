@@ -19,9 +19,9 @@ from starlight_py.amqp.transactions import BufferedPublish
 from starlight_py.core.channel import Tally
 from starlight_py.gateway import transactions
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.consuming import Consumers, new_consumer_tag
+from starlight_py.gateway.consume.consuming import Consumers, new_consumer_tag
 from starlight_py.gateway.dead_lettering import DeadLetters
-from starlight_py.gateway.publishing import Publisher
+from starlight_py.gateway.publish.publishing import Publisher
 from starlight_py.gateway.topology_methods import VhostContext, resolve_queue_name
 from starlight_py.model.permissions import Access
 from starlight_py.model.text import as_text

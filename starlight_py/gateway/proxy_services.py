@@ -21,17 +21,17 @@ from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.cluster.cleaner import SubscriptionCleaner
 from starlight_py.config import StarlightConfig
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.client_connection import ClientConnection
-from starlight_py.gateway.connection_limits import ConnectionLimits
-from starlight_py.gateway.connection_timers import ConnectionTimers
+from starlight_py.gateway.connection.client_connection import ClientConnection
+from starlight_py.gateway.connection.connection_limits import ConnectionLimits
+from starlight_py.gateway.connection.connection_timers import ConnectionTimers
+from starlight_py.gateway.connection.vhosts import VhostResolver
+from starlight_py.gateway.consume.held_messages import HeldMessages, settling_time
+from starlight_py.gateway.consume.requeued import RequeuedPositions
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
-from starlight_py.gateway.held_messages import HeldMessages, settling_time
-from starlight_py.gateway.pre_acks import PreAcks
-from starlight_py.gateway.producer_pool import ProducerPool
-from starlight_py.gateway.queue_lengths import QueueLengths
-from starlight_py.gateway.requeued import RequeuedPositions
+from starlight_py.gateway.publish.pre_acks import PreAcks
+from starlight_py.gateway.publish.producer_pool import ProducerPool
+from starlight_py.gateway.publish.queue_lengths import QueueLengths
 from starlight_py.gateway.topology_methods import TopologyMethods
-from starlight_py.gateway.vhosts import VhostResolver
 from starlight_py.metadata.cache import QueueChange, TopologyCache
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.permissions import PermissionCache

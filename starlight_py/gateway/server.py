@@ -35,22 +35,22 @@ from starlight_py.config import (
     StarlightConfig,
 )
 from starlight_py.gateway.bridge import take_from_pulsar_threads
-from starlight_py.gateway.client_connection import ClientConnection
-from starlight_py.gateway.connection_limits import Admission, ConnectionLimits
-from starlight_py.gateway.connection_report import connection_name, describe_connections
-from starlight_py.gateway.producer_pool import ProducerPool
-from starlight_py.gateway.proxy_protocol import read_proxy_header
-from starlight_py.gateway.proxy_services import ProxyServices
-from starlight_py.gateway.shutdown import ShutdownRequest, shut_down_when_requested
-from starlight_py.gateway.tls import (
+from starlight_py.gateway.connection.client_connection import ClientConnection
+from starlight_py.gateway.connection.connection_limits import Admission, ConnectionLimits
+from starlight_py.gateway.connection.connection_report import connection_name, describe_connections
+from starlight_py.gateway.connection.proxy_protocol import read_proxy_header
+from starlight_py.gateway.connection.tls import (
     ReloadingServerContext,
     TlsListener,
     complete_handshake,
     peer_certificate,
     server_tls,
 )
+from starlight_py.gateway.connection.vhosts import VhostResolver
+from starlight_py.gateway.proxy_services import ProxyServices
+from starlight_py.gateway.publish.producer_pool import ProducerPool
+from starlight_py.gateway.shutdown import ShutdownRequest, shut_down_when_requested
 from starlight_py.gateway.topology_methods import TopologyMethods
-from starlight_py.gateway.vhosts import VhostResolver
 from starlight_py.management.http_server import serve_http
 from starlight_py.management.routes import management_api
 from starlight_py.management.static_ui import with_ui

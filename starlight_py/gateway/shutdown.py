@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from starlight_py.amqp.errors import ConnectionForced
-from starlight_py.gateway.client_connection import CLOSE_OK_TIMEOUT, LINGER_AFTER_CLOSE
+from starlight_py.gateway.connection.client_connection import CLOSE_OK_TIMEOUT, LINGER_AFTER_CLOSE
 from starlight_py.units import MILLISECONDS, SECONDS
 
 if TYPE_CHECKING:
-    from starlight_py.gateway.client_connection import ClientConnection
+    from starlight_py.gateway.connection.client_connection import ClientConnection
     from starlight_py.gateway.proxy_services import ProxyServices
 
 log = logging.getLogger("starlight.shutdown")

@@ -25,9 +25,9 @@ from starlight_py.amqp.method_ids import (
     QUEUE_PURGE,
     QUEUE_UNBIND,
 )
-from starlight_py.gateway.authorization import ALLOW_ALL, AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.message_copies import has_own_topics
+from starlight_py.gateway.connection.authorization import ALLOW_ALL, AccessControl
+from starlight_py.gateway.publish.message_copies import has_own_topics
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet, ExchangeBinding
 from starlight_py.metadata.routing_barrier import RoutingBarrier

@@ -19,7 +19,7 @@ from __future__ import annotations
 import trio
 
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.publishing import Publisher
+from starlight_py.gateway.publish.publishing import Publisher
 
 
 class CommitWrites:

@@ -63,7 +63,7 @@ VERSION_CHECK_PAUSE = 0.0005  # s between looks for reads in flight (routing ver
 
 
 # A consumer's registered name (topology/queue_consumers.py) carries its prefetch: PREFETCH_MARK
-# and the number, before the exclusive mark if any. gateway/consuming.py writes it.
+# and the number, before the exclusive mark if any. gateway/consume/consuming.py writes it.
 PREFETCH_MARK = "!p"
 # "!x" is topology.service.EXCLUSIVE_MARK (metadata/ does not import topology/).
 _PREFETCH_AT_END = re.compile(re.escape(PREFETCH_MARK) + r"([0-9]+)(?:!x)?$")

@@ -124,7 +124,7 @@ class PermissionCache:
     made with `PermissionStore` on any proxy reaches every proxy's cache as soon as
     ZooKeeper delivers the watch (a few milliseconds on a healthy ensemble). While
     ZooKeeper is away the cache keeps the last permissions it saw. `read` asks ZooKeeper
-    itself (gateway/authorization.py does before refusing, so a grant works at once even
+    itself (gateway/connection/authorization.py does before refusing, so a grant works at once even
     before its watch has fired).
 
     Thread-safe: events arrive on the watched tree's thread, reads come from any thread.

@@ -182,7 +182,7 @@ class Paths:
 
     @property
     def held_root(self) -> str:
-        """Unacked deliveries by queue and proxy (gateway/held_messages.py): outside
+        """Unacked deliveries by queue and proxy (gateway/consume/held_messages.py): outside
         `vhosts`, so the topology cache does not follow their frequent changes."""
         return f"{self.root}/v1/held"
 

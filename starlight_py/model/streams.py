@@ -203,7 +203,7 @@ class StreamStart:
     As the consumer asks (`stream_start`): `kind` "first", "last", "next", "offset" (from the
     stream offset `offset` on) or "time" (messages published at `time_ms`, epoch
     milliseconds, or later). Resolved for one of the stream's topics (`resolve_offset`,
-    gateway/stream_consuming.py), "at" too: from the entry at `position` on, the messages of
+    gateway/consume/stream_consuming.py), "at" too: from the entry at `position` on, the messages of
     index `index` and later."""
 
     kind: str

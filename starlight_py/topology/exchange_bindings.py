@@ -4,7 +4,7 @@ Each binding is one znode under its source exchange (`e2e/{destination}~~{key}`,
 ExchangeBinding record) plus an empty index znode under its destination
 (`e2e-in/{source}~~{key}`), written in one transaction with `Check`s on both exchanges, so a
 delete racing a bind leaves the binding whole or not at all. Routing follows them in the
-publishing proxy (gateway/exchange_routing.py); nothing in Pulsar changes.
+publishing proxy (gateway/publish/exchange_routing.py); nothing in Pulsar changes.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class QueueCounting:
         self._binding_sets = binding_sets
         # The other proxies' unacknowledged deliveries per queue, when read (held_messages).
         self._others_held: dict[tuple[str, str], tuple[float, int]] = {}
-        # This process's own unacked deliveries of a queue (gateway/held_messages.py),
+        # This process's own unacked deliveries of a queue (gateway/consume/held_messages.py),
         # exact where ZooKeeper's copy may lag: set by the proxy, none in the admin tool.
         self.local_held: Callable[[str, str], int] | None = None
         # ... and its deliveries settled a moment ago, which Pulsar may still count.

@@ -137,11 +137,11 @@ class TopologyService:
         self.backend = backend  # for purging subscriptions that have unacked messages
         self.ephemerals = ephemerals or EphemeralNodes(zookeeper, "unnamed")
         # Queue deletions this process started: what a get confirmed in ZooKeeper before one
-        # is confirmed there again (gateway/getting.py).
+        # is confirmed there again (gateway/consume/getting.py).
         self.queue_deletions = 0
         # Default-exchange bindings this process asked for (made, or found made by another
         # process): a get whose channel read the queue's binding sets before reads them
-        # again (gateway/getting.py).
+        # again (gateway/consume/getting.py).
         self.default_bindings_made = 0
         # What queues hold and who reads them (queue_counting.py), and the consumers'
         # records (queue_consumers.py).

@@ -565,7 +565,7 @@ def test_a_requeued_message_of_a_batch_does_not_bring_back_its_held_neighbours(
     unacknowledged. Pulsar redelivers whole entries, less what it has heard acknowledged:
     sent at once, the requeue brought back all ten, nine of them duplicates of what the
     consumer held. It waits until the consumer holds no other message of the entry
-    (gateway/batch_requeues.py), and then only that one comes back."""
+    (gateway/consume/batch_requeues.py), and then only that one comes back."""
     deliveries = consume(channel, burst_queue, BURST)
     tags = deliveries.tags
     channel.basic_nack(tags[4], requeue=True)
@@ -586,7 +586,7 @@ def test_a_topic_reload_neither_copies_what_a_consumer_holds_nor_hides_a_return(
     reloads. Pulsar hands the reconnected consumer everything not acknowledged again, and
     4.0.8 may hand back the three too (apache/pulsar#14982: their entry is the
     subscription's first and partly acknowledged). The seven are copies of what the channel
-    holds and are not delivered again (gateway/returns.py); whatever else comes back is
+    holds and are not delivered again (gateway/consume/returns.py); whatever else comes back is
     flagged redelivered; nothing is lost."""
     deliveries = consume(channel, burst_queue, BURST)
     for index in (0, 4, 7):

@@ -21,7 +21,7 @@ from pamqp import header as pamqp_header
 
 from starlight_py.amqp.connection import max_body_frames
 from starlight_py.amqp.field_codec import MAX_FIELD_NESTING
-from starlight_py.gateway.connection_limits import REFUSING_AT_ONCE
+from starlight_py.gateway.connection.connection_limits import REFUSING_AT_ONCE
 from starlight_py.local import ServiceEndpoints
 from starlight_py.local.proxy import ProxyProcess
 from tests.integration.conftest import Broker, ProxyFactory

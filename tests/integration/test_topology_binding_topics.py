@@ -127,7 +127,7 @@ def test_a_round_robin_over_new_binding_topics_delivers_each_message_once_in_ord
     broker: Broker, created: Created, mode: str
 ) -> None:
     """Each queue's first message is its binding topic's first: the proxy makes that
-    topic's producer while the publisher goes on (gateway/producer_pool.py), and what was
+    topic's producer while the publisher goes on (gateway/publish/producer_pool.py), and what was
     sent meanwhile must be written in the order it was published, nothing lost, nothing
     twice; a commit answers only once all of it is stored."""
     exchange = created.exchange("rr")

@@ -14,7 +14,7 @@ from starlight_py.backend.pulsar_client import (
     effective_ack_grouping_ms,
 )
 from starlight_py.config import StarlightConfig
-from starlight_py.gateway.held_messages import settling_time
+from starlight_py.gateway.consume.held_messages import settling_time
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import TopicName
 

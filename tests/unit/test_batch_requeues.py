@@ -1,11 +1,12 @@
-"""Requeues of batch messages wait for the rest of their entry (gateway/batch_requeues.py)."""
+"""Requeues of batch messages wait for the rest of their entry
+(gateway/consume/batch_requeues.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlight_py.gateway.batch_requeues import MARGIN, BatchRequeues
+from starlight_py.gateway.consume.batch_requeues import MARGIN, BatchRequeues
 from starlight_py.model.positions import MessageIdRecord
 from tests.support.chunked import Chunked
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starlight_py.gateway.connection_limits import (
+from starlight_py.gateway.connection.connection_limits import (
     REFUSING_AT_ONCE,
     Admission,
     ConnectionLimits,

@@ -1,4 +1,4 @@
-"""The one task that keeps every connection's deadlines (gateway/connection_timers.py),
+"""The one task that keeps every connection's deadlines (gateway/connection/connection_timers.py),
 on trio's mock clock."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from starlight_py.gateway.connection_timers import COMPACT_ABOVE, ConnectionTimers
+from starlight_py.gateway.connection.connection_timers import COMPACT_ABOVE, ConnectionTimers
 
 
 class Recorder:

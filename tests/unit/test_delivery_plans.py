@@ -1,4 +1,4 @@
-"""The delivery plan `Consumers.vet` keeps per Pulsar consumer (gateway/delivery_plans.py),
+"""The delivery plan `Consumers.vet` keeps per Pulsar consumer (gateway/consume/delivery_plans.py),
 the shortcut through a message's properties it takes (`plain_delivery`), and the confirms
 a batch of outcomes settles at once."""
 
@@ -25,7 +25,7 @@ from starlight_py.backend.message_codec import (
     plain_delivery,
 )
 from starlight_py.core.confirms import Confirms
-from starlight_py.gateway.delivery_plans import DeliveryPlan, plan_deliveries
+from starlight_py.gateway.consume.delivery_plans import DeliveryPlan, plan_deliveries
 from starlight_py.metadata.records import BindingEntry, BindingSet, RetiredSubscription
 from starlight_py.model import naming
 from starlight_py.model.positions import MessageIdRecord

@@ -40,7 +40,7 @@ from starlight_py.config import (
     env_var_for,
     load_config,
 )
-from starlight_py.gateway.tls import TlsSettings, TlsSetupError, build_server_context
+from starlight_py.gateway.connection.tls import TlsSettings, TlsSetupError, build_server_context
 from starlight_py.local.distribution import PULSAR_VERSION
 from starlight_py.local.haproxy import haproxy_config
 from starlight_py.units import SECONDS

@@ -13,7 +13,7 @@ from starlight_py.backend.message_codec import (
     ROUTED_ELSEWHERE_KEY,
     skipped_by,
 )
-from starlight_py.gateway.exchange_routing import (
+from starlight_py.gateway.publish.exchange_routing import (
     ChainRoute,
     chain_copies,
     copy_destinations,

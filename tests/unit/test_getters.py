@@ -1,4 +1,4 @@
-"""basic.get's pure pieces (gateway/getting.py): which kept getters close when, and the
+"""basic.get's pure pieces (gateway/consume/getting.py): which kept getters close when, and the
 concurrent look-ups of a get."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from starlight_py.gateway.getting import (
+from starlight_py.gateway.consume.getting import (
     GETTER_IDLE,
     GETTER_RECHECK,
     concurrently,

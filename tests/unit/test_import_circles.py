@@ -1,7 +1,7 @@
 """No import circle in starlight_py/: imports at module level, those made for type checking
 included (a type-only import is a dependency of the design all the same). Where two modules
 need each other, one of them states what it needs as a Protocol (for instance
-gateway/connection_services.py, gateway/consuming_services.py)."""
+gateway/connection/connection_services.py, gateway/consume/consuming_services.py)."""
 
 from __future__ import annotations
 

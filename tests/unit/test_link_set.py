@@ -1,10 +1,10 @@
-"""A connection's consumers found by queue (gateway/consumer_link.py LinkSet)."""
+"""A connection's consumers found by queue (gateway/consume/consumer_link.py LinkSet)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from starlight_py.gateway.consumer_link import LinkSet
+from starlight_py.gateway.consume.consumer_link import LinkSet
 
 
 @dataclass(eq=False)

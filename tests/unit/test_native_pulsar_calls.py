@@ -12,7 +12,7 @@ import pytest
 from starlight_py.amqp import compiled
 from starlight_py.backend import consumer_ack, producer_send
 from starlight_py.backend.pulsar_client import ConsumerHandle
-from starlight_py.gateway.consuming import runs_by_handle
+from starlight_py.gateway.consume.consuming import runs_by_handle
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import TopicName
 

@@ -1,7 +1,7 @@
 """A topic's first publish does not wait for Pulsar to make its producer: the pool hands
 out a pending handle, which keeps what is sent to it, in order, until the producer exists,
 or fails it all if the producer cannot be made (backend/pulsar_client.py ProducerHandle,
-gateway/producer_pool.py)."""
+gateway/publish/producer_pool.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import trio
 
 from starlight_py.backend.pulsar_admin import BackendUnavailable
 from starlight_py.backend.pulsar_client import ProducerHandle
-from starlight_py.gateway.producer_pool import ProducerPool
-from starlight_py.gateway.publishing import PublishOutcome
+from starlight_py.gateway.publish.producer_pool import ProducerPool
+from starlight_py.gateway.publish.publishing import PublishOutcome
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from tests.unit.test_publish_plans import RawProducer, Setup, Wrapper, in_trio

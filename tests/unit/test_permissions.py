@@ -1,6 +1,6 @@
 """Per-vhost permissions: RabbitMQ's regex matching (model/permissions.py), the watched cache
 fed by hand (metadata/permissions.py), and the gateway's checks with their reply codes and
-texts (gateway/authorization.py). The integration tests run them against real clients
+texts (gateway/connection/authorization.py). The integration tests run them against real clients
 (tests/integration/test_security_permissions.py)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kazoo.recipe.cache import NodeData, TreeEvent
 
 from starlight_py.amqp.errors import AccessRefused, NotAllowed
-from starlight_py.gateway.authorization import ALLOW_ALL, AccessControl
+from starlight_py.gateway.connection.authorization import ALLOW_ALL, AccessControl
 from starlight_py.metadata.permissions import PermissionCache
 from starlight_py.metadata.records import Paths, PermissionRecord, encode
 from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient

@@ -1,5 +1,5 @@
 """Priority bands, the consumer's ranked waiting list, band topic names, and where a
-publish to priority queues is written (model/priorities.py, gateway/publishing.py)."""
+publish to priority queues is written (model/priorities.py, gateway/publish/publishing.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from starlight_py.backend.message_codec import (
     REFUSED_BY_KEY,
     skipped_by,
 )
-from starlight_py.gateway.message_copies import joined, message_copies
+from starlight_py.gateway.publish.message_copies import joined, message_copies
 from starlight_py.model import naming
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.priorities import (

@@ -1,6 +1,6 @@
-"""The publish fast path (gateway/publishing.py): routes kept per (exchange, routing key) are
-used only while the topology is unchanged and their producer is in the pool, and never for a
-route that depends on the message itself (priority bands, headers exchanges)."""
+"""The publish fast path (gateway/publish/publishing.py): routes kept per (exchange, routing
+key) are used only while the topology is unchanged and their producer is in the pool, and
+never for a route that depends on the message itself (priority bands, headers exchanges)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from starlight_py.amqp.hot_frames import Publish
 from starlight_py.backend.message_codec import IN_PRIORITY_BAND_KEY, ROUTING_KEY_KEY
 from starlight_py.backend.pulsar_client import ProducerHandle
 from starlight_py.core.channel import Channel
-from starlight_py.gateway.producer_pool import ProducerPool
-from starlight_py.gateway.publishing import Publisher, PublishOutcome, _settle
+from starlight_py.gateway.publish.producer_pool import ProducerPool
+from starlight_py.gateway.publish.publishing import Publisher, PublishOutcome, _settle
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming

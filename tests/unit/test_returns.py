@@ -1,10 +1,10 @@
-"""Messages a Pulsar consumer is handed again (gateway/returns.py)."""
+"""Messages a Pulsar consumer is handed again (gateway/consume/returns.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from starlight_py.gateway.returns import DELAY_PROPERTY, Returns
+from starlight_py.gateway.consume.returns import DELAY_PROPERTY, Returns
 from starlight_py.model.positions import MessageIdRecord
 from tests.support.chunked import Chunked
 

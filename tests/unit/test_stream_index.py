@@ -19,7 +19,7 @@ from starlight_py.backend.stream_index import (
     stream_index_refusal,
 )
 from starlight_py.backend.stream_reader import StreamMessage, StreamReaderHandle
-from starlight_py.gateway.stream_consuming import topic_starts
+from starlight_py.gateway.consume.stream_consuming import topic_starts
 from starlight_py.model.namespaces import NamespaceName
 from starlight_py.model.naming import TopicName
 from starlight_py.model.positions import MessageIdRecord

@@ -14,7 +14,7 @@ from pamqp import commands
 from starlight_py.amqp.errors import NotImplementedMethod, PreconditionFailed
 from starlight_py.amqp.framing import decode_raw_properties, encode_raw_properties
 from starlight_py.backend.message_codec import DecodedMessage
-from starlight_py.gateway.stream_consuming import with_offset_header
+from starlight_py.gateway.consume.stream_consuming import with_offset_header
 from starlight_py.model.positions import MessageIdRecord
 from starlight_py.model.queue_limits import LengthLimit
 from starlight_py.model.streams import (

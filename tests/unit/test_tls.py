@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from starlight_py.auth.certificates import certificate_principal
-from starlight_py.gateway.tls import (
+from starlight_py.gateway.connection.tls import (
     ReloadingServerContext,
     TlsSettings,
     TlsSetupError,

@@ -233,8 +233,9 @@ def test_events_are_applied_and_counted_and_listeners_called(cache: TopologyCach
 
 
 def test_listeners_hear_which_queue_a_change_concerns(cache: TopologyCache) -> None:
-    """Connections follow only the queues a change concerns (gateway/client_connection.py):
-    the work per change does not grow with the queues elsewhere."""
+    """Connections follow only the queues a change concerns
+    (gateway/connection/client_connection.py): the work per change does not grow with the
+    queues elsewhere."""
     touched: list[object] = []
     cache.on_change(touched.append)
     put_event = TreeEvent.NODE_ADDED

@@ -25,7 +25,7 @@ from pamqp import commands
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.backend.pulsar_client import BackendError
 from starlight_py.gateway.dead_lettering import DeadLetters
-from starlight_py.gateway.producer_pool import ProducerPool
+from starlight_py.gateway.publish.producer_pool import ProducerPool
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model import naming
@@ -206,7 +206,8 @@ class QueueLengths:
 
 
 class ConnectionLengthChecks:
-    """`QueueLengths` for one connection's publishes (gateway/publishing.py's LengthChecks)."""
+    """`QueueLengths` for one connection's publishes (the LengthChecks of
+    gateway/publish/publishing.py)."""
 
     def __init__(
         self,

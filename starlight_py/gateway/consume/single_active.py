@@ -15,9 +15,9 @@ import logging
 
 import trio
 
-from starlight_py.gateway.consumer_link import ConsumerLink
-from starlight_py.gateway.consuming_services import ConsumingServices
-from starlight_py.gateway.getting import rank
+from starlight_py.gateway.consume.consumer_link import ConsumerLink
+from starlight_py.gateway.consume.consuming_services import ConsumingServices
+from starlight_py.gateway.consume.getting import rank
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model.topology import Queue
 

@@ -36,7 +36,7 @@ from starlight_py.backend.pulsar_admin import SubscriptionStats
 from starlight_py.backend.pulsar_client import ConsumerHandle, ReceivedMessage
 from starlight_py.core.consumer import Deliverable
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.consuming_services import ConsumingServices
+from starlight_py.gateway.consume.consuming_services import ConsumingServices
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
 from starlight_py.model.counts import ready_messages

@@ -10,8 +10,8 @@ from starlight_py.backend.pulsar_client import ConsumerHandle, ReceivedMessage
 from starlight_py.core.consumer import Consumer
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.delivery_plans import DeliveryPlan
-from starlight_py.gateway.returns import Returns
+from starlight_py.gateway.consume.delivery_plans import DeliveryPlan
+from starlight_py.gateway.consume.returns import Returns
 from starlight_py.metadata.cache import PREFETCH_MARK
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model.positions import MessageIdRecord

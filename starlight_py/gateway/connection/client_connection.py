@@ -43,15 +43,15 @@ from starlight_py.amqp.transactions import TransactionLimit
 from starlight_py.auth.authenticator import AuthenticationFailed, Principal
 from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.core.channel import MAX_OUTPUT_BACKLOG, Channel, Tally, TransactionBudget
-from starlight_py.gateway.authorization import AccessControl
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.connection_services import ConnectionServices
-from starlight_py.gateway.consuming import Consumers
+from starlight_py.gateway.connection.authorization import AccessControl
+from starlight_py.gateway.connection.connection_services import ConnectionServices
+from starlight_py.gateway.consume.consuming import Consumers
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.errors import as_amqp_error
 from starlight_py.gateway.message_flow import MessageFlow
-from starlight_py.gateway.publishing import Publisher
-from starlight_py.gateway.queue_lengths import ConnectionLengthChecks
+from starlight_py.gateway.publish.publishing import Publisher
+from starlight_py.gateway.publish.queue_lengths import ConnectionLengthChecks
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model.addresses import host_port
@@ -730,7 +730,7 @@ class ClientConnection:
     # ---- timers -----------------------------------------------------------------------------
 
     def on_timer(self, now: float) -> float | None:
-        """The process's timers (gateway/connection_timers.py) call it when one of its
+        """The process's timers (gateway/connection/connection_timers.py) call it when one of its
         deadlines is due: the handshake and close-ok timeouts, heartbeats to send or
         missed, the credential's expiry. Returns when it is due next."""
         if not self._timed:

@@ -11,9 +11,9 @@ from starlight_py.backend.message_codec import DecodedMessage
 from starlight_py.backend.pulsar_client import PulsarBackend, ReceivedMessage
 from starlight_py.core.commands import Command
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.consumer_link import ConsumerLink, LinkSet
+from starlight_py.gateway.consume.consumer_link import ConsumerLink, LinkSet
+from starlight_py.gateway.consume.queue_sources import QueueSources
 from starlight_py.gateway.dead_lettering import DeadLetters
-from starlight_py.gateway.queue_sources import QueueSources
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from starlight_py.gateway.returns import known_position
+from starlight_py.gateway.consume.returns import known_position
 
 # s added to the grouping time, for pulsar-client's timer to have sent what it gathered.
 MARGIN = 0.05

@@ -1,5 +1,5 @@
 """The Pulsar side of consuming for one connection: subscriptions, reading, basic.get (its
-Pulsar consumers are in gateway/getting.py), and carrying out what the message core
+Pulsar consumers are in gateway/consume/getting.py), and carrying out what the message core
 (core/channel.py) decides.
 
 An AMQP consumer reads every binding subscription of its queue through one Pulsar Shared
@@ -48,31 +48,31 @@ from starlight_py.core.commands import (
     Unacked,
 )
 from starlight_py.core.consumer import Consumer, Deliverable
-from starlight_py.gateway.batch_requeues import BatchRequeues
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
-from starlight_py.gateway.consumer_link import ConsumerLink, LinkSet
-from starlight_py.gateway.dead_lettering import DeadLetters
-from starlight_py.gateway.delivery_plans import (
+from starlight_py.gateway.consume.batch_requeues import BatchRequeues
+from starlight_py.gateway.consume.consumer_link import ConsumerLink, LinkSet
+from starlight_py.gateway.consume.delivery_plans import (
     current_binding_set,
     plan_deliveries,
 )
-from starlight_py.gateway.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
-from starlight_py.gateway.queue_sources import QueueSources
-from starlight_py.gateway.requeued import RequeuedPositions
-from starlight_py.gateway.single_active import (
+from starlight_py.gateway.consume.getting import DEAD_LETTER_SETTLE_WAIT, Getters, rank
+from starlight_py.gateway.consume.queue_sources import QueueSources
+from starlight_py.gateway.consume.requeued import RequeuedPositions
+from starlight_py.gateway.consume.single_active import (
     is_single_active,
     join_line,
     leave_line,
     wait_for_turn,
 )
-from starlight_py.gateway.stream_consuming import (
+from starlight_py.gateway.consume.stream_consuming import (
     delivered_offset,
     open_stream_handle,
     stream_start_of,
     topic_starts,
     with_offset_header,
 )
+from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import BindingSet

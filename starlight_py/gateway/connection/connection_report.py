@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from starlight_py.admin.definitions import json_value
-from starlight_py.gateway.client_connection import ClientConnection
+from starlight_py.gateway.connection.client_connection import ClientConnection
 from starlight_py.model.addresses import host_port
 
 NODE = "starlight@proxy"  # as the management API names the node (management/shapes.py)

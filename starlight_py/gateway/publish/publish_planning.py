@@ -1,7 +1,7 @@
 """Where the slow publish path writes a message: the exchange's topic, priority bands,
 what queue length limits refuse, and whether pre-acks need the stored message's id. The
 parts of a publish that may wait (a fresh priority from ZooKeeper, a queue's depth) live here;
-gateway/publishing.py sends."""
+gateway/publish/publishing.py sends."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from starlight_py.amqp.errors import AccessRefused, PreconditionFailed
 from starlight_py.amqp.hot_frames import Publish
 from starlight_py.amqp.method_ids import BASIC_PUBLISH
 from starlight_py.backend.message_codec import encode_properties
-from starlight_py.gateway.default_binding import default_binding_ready
-from starlight_py.gateway.message_copies import (
+from starlight_py.gateway.publish.default_binding import default_binding_ready
+from starlight_py.gateway.publish.message_copies import (
     copy_targets,
     has_own_topics,
     message_copies,
     stored_copy_targets,
 )
-from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
+from starlight_py.gateway.publish.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
@@ -76,7 +76,7 @@ class SlowPlanner:
         topic: naming.TopicName,
     ) -> StoredCallback | None:
         """The `stored` callback of a message some subscription on `topic` does not route
-        (gateway/pre_acks.py); None when every one routes it."""
+        (gateway/publish/pre_acks.py); None when every one routes it."""
         pre_acks = self.pre_acks
         if pre_acks is None or not pre_acks.wanted(self.ctx.vhost, exchange, routing_key, headers):
             return None

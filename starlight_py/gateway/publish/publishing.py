@@ -41,17 +41,17 @@ from starlight_py.backend.pulsar_client import (
 )
 from starlight_py.config import MAX_UNCHUNKED_MESSAGE_SIZE
 from starlight_py.gateway.bridge import Batcher
-from starlight_py.gateway.default_binding import has_default_binding
-from starlight_py.gateway.exchange_routing import (
+from starlight_py.gateway.publish.default_binding import has_default_binding
+from starlight_py.gateway.publish.exchange_routing import (
     follows_bindings,
     route_through_bindings,
     written_copies,
 )
-from starlight_py.gateway.message_copies import copy_targets, message_copies
-from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
-from starlight_py.gateway.producer_pool import ProducerPool
-from starlight_py.gateway.publish_planning import SlowPlanner
-from starlight_py.gateway.route_plans import MAX_PLANS, RoutePlan
+from starlight_py.gateway.publish.message_copies import copy_targets, message_copies
+from starlight_py.gateway.publish.pre_acks import PreAcks, StoredCallback
+from starlight_py.gateway.publish.producer_pool import ProducerPool
+from starlight_py.gateway.publish.publish_planning import SlowPlanner
+from starlight_py.gateway.publish.route_plans import MAX_PLANS, RoutePlan
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.model import naming
@@ -70,7 +70,7 @@ DEFAULT_EXCHANGE = Exchange("", "direct")
 
 
 class LengthChecks(Protocol):
-    """Queue length limits on the publish path (gateway/queue_lengths.py, bound to one
+    """Queue length limits on the publish path (gateway/publish/queue_lengths.py, bound to one
     connection)."""
 
     async def refusing(
@@ -478,7 +478,7 @@ class Publisher:
         raw_properties: bytes,
     ) -> bool:
         """Publish to an exchange with exchange-to-exchange bindings: one copy per reached
-        exchange that serves a queue first (gateway/exchange_routing.py). False (nothing
+        exchange that serves a queue first (gateway/publish/exchange_routing.py). False (nothing
         done) when no queue is reached, through the bindings and the alternate exchanges
         of the walk: then the message is unroutable."""
         vhost = self.ctx.vhost

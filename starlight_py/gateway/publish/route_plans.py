@@ -1,5 +1,5 @@
 """Routes a connection keeps for its publishes: where messages to one (exchange, routing
-key) go while the topology stays as it was (gateway/publishing.py's fast path)."""
+key) go while the topology stays as it was (gateway/publish/publishing.py's fast path)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pamqp import commands
 
 from starlight_py.backend.message_codec import encode_properties
 from starlight_py.backend.pulsar_client import ProducerHandle
-from starlight_py.gateway.pre_acks import StoredCallback
+from starlight_py.gateway.publish.pre_acks import StoredCallback
 from starlight_py.model.topology import Exchange
 
 # Routes kept per connection, by (exchange, routing key).
@@ -44,7 +44,7 @@ class RoutePlan:
     ) -> None:
         self.version = version
         # Where the ids of stored messages go when some subscription on the topic does
-        # not route them (gateway/pre_acks.py); None: every one does.
+        # not route them (gateway/publish/pre_acks.py); None: every one does.
         self.pre_ack = pre_ack
         self.producer = producer
         self.exchange = exchange

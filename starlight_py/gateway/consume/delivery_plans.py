@@ -36,7 +36,7 @@ class PlanSource(Protocol):
 
 
 class PlannedLink(Protocol):
-    """What a plan reads of the consumer (gateway/consuming.py's ConsumerLink)."""
+    """What a plan reads of the consumer (gateway/consume/consuming.py's ConsumerLink)."""
 
     queue: str
     record: Queue | None

@@ -6,7 +6,7 @@ each reached exchange whose own bindings route it to a queue not served by an ea
 every copy lists the queues that get the message from an earlier copy, and their
 subscriptions skip it (backend.message_codec.skipped_by), so each queue gets it once.
 
-Such publishes never use the hot path's route plans (gateway/publishing.py): they take the
+Such publishes never use the hot path's route plans (gateway/publish/publishing.py): they take the
 slow path, which asks this module where the copies go.
 """
 
@@ -24,8 +24,12 @@ from starlight_py.backend.message_codec import (
     ROUTED_ELSEWHERE_KEY,
     refused_by_value,
 )
-from starlight_py.gateway.message_copies import has_own_topics, message_copies, own_topics_of
-from starlight_py.gateway.pre_acks import PreAcks, StoredCallback
+from starlight_py.gateway.publish.message_copies import (
+    has_own_topics,
+    message_copies,
+    own_topics_of,
+)
+from starlight_py.gateway.publish.pre_acks import PreAcks, StoredCallback
 from starlight_py.metadata.cache import TopologyCache
 from starlight_py.metadata.records import ExchangeBinding
 from starlight_py.model import naming
@@ -186,9 +190,9 @@ def written_copies(
     refusing: frozenset[str] = frozenset(),
 ) -> list[tuple[naming.TopicName, dict[str, str], StoredCallback | None]]:
     """Each copy's topic, Pulsar properties and `stored` callback: the subscriptions that do
-    not route a copy, or skip it, leave it soon after it is stored (gateway/pre_acks.py).
+    not route a copy, or skip it, leave it soon after it is stored (gateway/publish/pre_acks.py).
     A copy that serves priority queues (`priorities`: queue -> x-max-priority) also goes to
-    their priority bands (gateway/message_copies.py), as a publish to its exchange would;
+    their priority bands (gateway/publish/message_copies.py), as a publish to its exchange would;
     the `refusing` queues (at their length limit) skip it."""
     written: list[tuple[naming.TopicName, dict[str, str], StoredCallback | None]] = []
     destinations = copy_destinations(namespace, route.copies, routing_key, pulsar_properties)
