@@ -158,6 +158,42 @@ def test_two_idle_consumers_of_prefetch_10_take_a_burst_of_10_in_turns(
     assert bodies == sorted(f"m{i}".encode() for i in range(10))
 
 
+def test_four_workers_of_prefetch_10_each_take_a_fair_share_of_a_stream_of_jobs(
+    broker: Broker, connect: Callable[[], BlockingConnection], created: Created
+) -> None:
+    """Celery's shape: four workers of prefetch 10 on one queue, each acknowledging every
+    job as it takes it, and jobs published in bursts of 40: every worker gets at least
+    half of the mean, and every job comes once."""
+    total, burst = 400, 40
+    queue = created.queue("jobs")
+    workers = [connect() for _ in range(4)]
+    channels = [worker.channel() for worker in workers]
+    channels[0].queue_declare(queue)
+    received = [Deliveries() for _ in workers]
+    for channel, deliveries in zip(channels, received, strict=True):
+        channel.basic_qos(prefetch_count=10)
+        channel.basic_consume(queue, deliveries)
+    acked = [0] * len(workers)
+
+    def ack_what_came() -> None:
+        for index, (channel, deliveries) in enumerate(zip(channels, received, strict=True)):
+            for tag in deliveries.tags[acked[index] :]:
+                channel.basic_ack(tag)
+            acked[index] = len(deliveries)
+
+    jobs = back_to_back_publishes(queue, total)  # bodies m0 ... m399
+    step = len(jobs) * burst // total  # about 40 jobs a write
+    with raw_channel(broker) as client:
+        for start in range(0, len(jobs), step):
+            client.send(jobs[start : start + step])
+            pump(workers, lambda: False, timeout=0.0, settle=0.05, between=ack_what_came)
+        pump(workers, lambda: sum(map(len, received)) >= total, between=ack_what_came)
+    shares = [len(deliveries) for deliveries in received]
+    bodies = sorted(body for deliveries in received for body in deliveries.bodies)
+    assert bodies == sorted(f"m{i}".encode() for i in range(total)), shares
+    assert min(shares) >= total / len(workers) / 2, shares
+
+
 # --- pub/sub and routing ------------------------------------------------------------
 
 
