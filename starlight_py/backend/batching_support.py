@@ -57,10 +57,7 @@ def batching_refusal(admin: PulsarAdmin) -> str | None:
 def batching_caveat(admin: PulsarAdmin) -> str | None:
     """What batching cannot keep exact with these brokers although they take it (a warning,
     not a refusal), or None. Blocking (one admin request)."""
-    try:
-        value = admin.broker_setting(CURSOR_CLOSE_TO_METADATA_STORE)
-    except (PulsarAdminError, BackendUnavailable) as e:
-        value = f"unknown ({e})"
+    value = admin.broker_setting_shown(CURSOR_CLOSE_TO_METADATA_STORE)
     if value == CURSOR_CLOSE_TO_LEDGER:
         return None
     return (

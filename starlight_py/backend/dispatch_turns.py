@@ -11,7 +11,7 @@ model/batch_share.py, go one to each). docs/operations.md#what-pulsar-needs.
 
 from __future__ import annotations
 
-from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdmin, PulsarAdminError
+from starlight_py.backend.pulsar_admin import PulsarAdmin
 
 ROUND_ROBIN_BATCH = "dispatcherMaxRoundRobinBatchSize"
 IN_TURNS = "1"
@@ -20,10 +20,7 @@ IN_TURNS = "1"
 def turns_caveat(admin: PulsarAdmin) -> str | None:
     """What differs from RabbitMQ's dispatch with these brokers (a warning at start), or
     None when they give one entry per turn. Blocking (one admin request)."""
-    try:
-        value = admin.broker_setting(ROUND_ROBIN_BATCH)
-    except (PulsarAdminError, BackendUnavailable) as e:
-        value = f"unknown ({e})"
+    value = admin.broker_setting_shown(ROUND_ROBIN_BATCH)
     if value == IN_TURNS:
         return None
     return (

@@ -404,6 +404,14 @@ class PulsarAdmin:
         value = values.get(name) if isinstance(values, dict) else None
         return None if value is None else str(value)
 
+    def broker_setting_shown(self, name: str) -> str:
+        """`broker_setting` as a start-up warning shows it: "unknown (why)" when it cannot
+        be read. Raises nothing."""
+        try:
+            return str(self.broker_setting(name))
+        except (PulsarAdminError, BackendUnavailable) as e:
+            return f"unknown ({e})"
+
     def namespaces(self, tenant: str) -> list[str]:
         """Namespaces of a tenant as `tenant/ns`; PulsarAdminError 404 when the tenant is
         missing."""
