@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 
-from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.backend.subscription_maker import SubscriptionMaker
 from starlight_py.metadata.records import BindingEntry, BindingSet, Paths, decode, encode, now
 from starlight_py.metadata.zookeeper import (
     Check,
@@ -72,7 +72,7 @@ def default_binding_set(
 def make_default_binding(
     zk: ZooKeeperClient,
     paths: Paths,
-    admin: PulsarAdmin,
+    subscriptions: SubscriptionMaker,
     vhost: str,
     namespace: NamespaceName,
     queue: str,
@@ -95,26 +95,28 @@ def make_default_binding(
             return existing
         if zk.get(queue_path) is None:
             return None
-        admin.create_subscription(topic, wanted.subscription)
+        subscriptions.create(topic, wanted.subscription)
         try:
             zk.commit([Check(queue_path, -1), Create(set_path, encode(wanted))])
         except TransactionFailed as e:
-            _delete_quietly(admin, topic, wanted.subscription)
+            _delete_quietly(subscriptions, topic, wanted.subscription)
             if isinstance(e.cause, NodeMissing):
                 return None  # the queue went away meanwhile
             if isinstance(e.cause, NodeAlreadyExists):
                 continue  # another publish made it: read theirs
             raise
         except BaseException:
-            _delete_quietly(admin, topic, wanted.subscription)
+            _delete_quietly(subscriptions, topic, wanted.subscription)
             raise
         log.debug("made the default-exchange binding of queue %r in vhost %r", queue, vhost)
         return wanted
     raise TopologyConflict(f"the default binding of queue {queue!r} kept changing; try again")
 
 
-def _delete_quietly(admin: PulsarAdmin, topic: naming.TopicName, subscription: str) -> None:
+def _delete_quietly(
+    subscriptions: SubscriptionMaker, topic: naming.TopicName, subscription: str
+) -> None:
     try:
-        admin.delete_subscription(topic, subscription)
+        subscriptions.delete(topic, subscription)
     except Exception as e:
         log.warning("could not delete subscription %s on %s: %s", subscription, topic, e)

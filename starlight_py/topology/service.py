@@ -35,6 +35,7 @@ from starlight_py.amqp.method_ids import (
 )
 from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import PulsarBackend
+from starlight_py.backend.subscription_maker import SubscriptionMaker
 from starlight_py.metadata.ephemeral import EphemeralNodes
 from starlight_py.metadata.records import (
     BindingEntry,
@@ -135,6 +136,8 @@ class TopologyService:
         self.paths = paths
         self.admin = admin
         self.backend = backend  # for purging subscriptions that have unacked messages
+        # Binding subscriptions: made over the binary protocol when there is a client.
+        self.subscriptions = SubscriptionMaker(admin, backend)
         self.ephemerals = ephemerals or EphemeralNodes(zookeeper, "unnamed")
         # Queue deletions this process started: what a get confirmed in ZooKeeper before one
         # is confirmed there again (gateway/consume/getting.py).
@@ -430,7 +433,7 @@ class TopologyService:
         created: list[tuple[naming.TopicName, BindingSet]] = []
         try:
             for set_topic, each in sets:
-                self.admin.create_subscription(set_topic, each.subscription)
+                self.subscriptions.create(set_topic, each.subscription)
                 created.append((set_topic, each))
         except BaseException:
             self._delete_subscriptions(created)
@@ -470,7 +473,9 @@ class TopologyService:
         """`queue`'s default-exchange binding set, made now if the queue has none yet
         (topology/default_bindings.py); None when the queue does not exist. Raises
         MetadataUnavailable, BackendUnavailable, TopologyConflict."""
-        made = make_default_binding(self.zk, self.paths, self.admin, vhost, namespace, queue)
+        made = make_default_binding(
+            self.zk, self.paths, self.subscriptions, vhost, namespace, queue
+        )
         if made is not None:
             self.default_bindings_made += 1
         return made
@@ -806,7 +811,7 @@ class TopologyService:
             binding_topic="" if own_topic is None else own_topic.local,
         )
         read_topic = topic if own_topic is None else own_topic
-        self.admin.create_subscription(read_topic, binding_set.subscription)
+        self.subscriptions.create(read_topic, binding_set.subscription)
         try:
             self.zk.commit(
                 [
