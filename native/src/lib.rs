@@ -309,6 +309,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pulsar_listen::bind_listening, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::listener_address, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::wake_reader, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_listen::budget_listened, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::next_batches, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::take_listened, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_listen::attach_listen_signal, m)?)?;

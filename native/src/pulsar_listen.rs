@@ -19,6 +19,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -35,6 +36,7 @@ type IdText = unsafe extern "C" fn(*mut c_void) -> *mut c_char;
 type AcknowledgeAsync = unsafe extern "C" fn(*mut c_void, *mut c_void, ResultCallback, *mut c_void);
 type NegativeAcknowledge = unsafe extern "C" fn(*mut c_void, *mut c_void);
 type CFree = unsafe extern "C" fn(*mut c_void);
+type PauseListener = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 /// The C API functions used here (pulsar/c/message.h, string_map.h, message_id.h,
 /// consumer.h), and MessageIdRecord (the position type the gateway reads).
@@ -54,13 +56,14 @@ pub(crate) struct Api {
     message_free: Free,
     acknowledge_async: AcknowledgeAsync,
     negative_acknowledge: NegativeAcknowledge,
+    pause_listener: PauseListener,
     c_free: CFree,
     record_type: Py<PyType>,
 }
 
 static API: OnceLock<Api> = OnceLock::new();
 
-const BOUND_NAMES: usize = 16;
+const BOUND_NAMES: usize = 17;
 
 /// Set the C API's function addresses, in this order: pulsar_message_get_data,
 /// pulsar_message_get_length, pulsar_message_get_properties, pulsar_string_map_size,
@@ -68,13 +71,14 @@ const BOUND_NAMES: usize = 16;
 /// pulsar_message_get_redelivery_count, pulsar_message_get_publish_timestamp,
 /// pulsar_message_get_message_id, pulsar_message_id_str, pulsar_message_id_free,
 /// pulsar_message_free, pulsar_consumer_acknowledge_async,
-/// pulsar_consumer_negative_acknowledge, libc's free; and the type positions are made of
+/// pulsar_consumer_negative_acknowledge, pulsar_consumer_pause_message_listener, libc's
+/// free; and the type positions are made of
 /// (called with ledger, entry, batch index, partition). Only the first call counts.
 #[pyfunction]
 pub fn bind_listening(addresses: Vec<usize>, record_type: Bound<'_, PyType>) -> PyResult<()> {
     if addresses.len() != BOUND_NAMES || addresses.contains(&0) {
         return Err(PyRuntimeError::new_err(
-            "bind_listening needs the sixteen function addresses",
+            "bind_listening needs the seventeen function addresses",
         ));
     }
     // SAFETY: the caller passes the addresses of these exported functions, whose C
@@ -96,7 +100,8 @@ pub fn bind_listening(addresses: Vec<usize>, record_type: Bound<'_, PyType>) -> 
             message_free: std::mem::transmute::<usize, Free>(addresses[12]),
             acknowledge_async: std::mem::transmute::<usize, AcknowledgeAsync>(addresses[13]),
             negative_acknowledge: std::mem::transmute::<usize, NegativeAcknowledge>(addresses[14]),
-            c_free: std::mem::transmute::<usize, CFree>(addresses[15]),
+            pause_listener: std::mem::transmute::<usize, PauseListener>(addresses[15]),
+            c_free: std::mem::transmute::<usize, CFree>(addresses[16]),
             record_type: record_type.unbind(),
         }
     };
@@ -120,6 +125,16 @@ struct Pending {
     woken: bool,
     /// Tells the bridge's trio task (`attach_listen_signal`) that messages came.
     signal: Signal,
+    /// Consumers the listener may hand over only so many messages of before it pauses
+    /// them (`budget_listened`), by key; a consumer not here has no limit.
+    budgets: BTreeMap<u64, Budget>,
+}
+
+/// What the listener may still hand over of one consumer.
+struct Budget {
+    left: u32,
+    /// The listener paused the consumer when `left` reached 0.
+    paused: bool,
 }
 
 static PENDING: Mutex<Pending> = Mutex::new(Pending {
@@ -127,6 +142,7 @@ static PENDING: Mutex<Pending> = Mutex::new(Pending {
     wanted: 0,
     woken: false,
     signal: Signal::new(),
+    budgets: BTreeMap::new(),
 });
 
 fn pending() -> std::sync::MutexGuard<'static, Pending> {
@@ -137,14 +153,43 @@ static ARRIVED: Condvar = Condvar::new();
 
 /// The message listener given to pulsar-client (pulsar_message_listener): runs on its
 /// listener thread, once per message, with the consumer's key as `ctx`.
-extern "C" fn on_message(_consumer: *mut c_void, message: *mut c_void, ctx: *mut c_void) {
+extern "C" fn on_message(consumer: *mut c_void, message: *mut c_void, ctx: *mut c_void) {
     let mut pending = pending();
     pending.messages.push((ctx as u64, message as usize));
+    if let Some(budget) = pending.budgets.get_mut(&(ctx as u64)) {
+        budget.left = budget.left.saturating_sub(1);
+        if budget.left == 0 && !budget.paused {
+            if let Some(api) = API.get() {
+                // SAFETY: the C API's consumer this listener call is for; pausing only
+                // stops its next listener calls (the message just handed over stays).
+                unsafe { (api.pause_listener)(consumer) };
+                budget.paused = true;
+            }
+        }
+    }
     pending.signal.notify();
     if pending.wanted != 0 && pending.messages.len() >= pending.wanted {
         pending.wanted = 0;
         ARRIVED.notify_one();
     }
+}
+
+/// From now on the listener hands over at most `most` messages of the consumer `key`
+/// before it pauses the consumer (0: no limit, and the key is forgotten). True when the
+/// listener had paused it: the caller resumes it (pulsar-client's `resume_message_listener`)
+/// unless it wants it paused. The proxy gives each consumer its receiver queue's worth again
+/// each time it takes what was handed over, so that a busy trio thread does not leave the
+/// listener taking message after message from the broker for a consumer that has no room
+/// for them (the broker would have given them to the queue's other consumers).
+#[pyfunction]
+pub fn budget_listened(key: u64, most: u32) -> bool {
+    let mut pending = pending();
+    if most == 0 {
+        return pending.budgets.remove(&key).is_some_and(|b| b.paused);
+    }
+    let budget = pending.budgets.entry(key).or_insert(Budget { left: most, paused: false });
+    budget.left = most;
+    std::mem::replace(&mut budget.paused, false)
 }
 
 /// From now on, `fd` (an eventfd) is written when a message comes to an empty queue, for a

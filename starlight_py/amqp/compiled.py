@@ -60,6 +60,11 @@ next_batches: Callable[[dict[int, Any], int, int, int], list[tuple[Any, list[Any
     _native.next_batches if _native is not None else None
 )
 wake_reader: Callable[[], None] | None = _native.wake_reader if _native is not None else None
+# `_native.budget_listened`: how many messages of a consumer the listener hands over
+# before it pauses it (backend/listened.py), or None.
+budget_listened: Callable[[int, int], bool] | None = (
+    getattr(_native, "budget_listened", None) if _native is not None else None
+)
 acknowledge_listened: Callable[[int, list[Any]], int] | None = (
     _native.acknowledge_listened if _native is not None else None
 )

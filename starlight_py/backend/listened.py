@@ -61,6 +61,7 @@ _BOUND = (
     "pulsar_message_free",
     "pulsar_consumer_acknowledge_async",
     "pulsar_consumer_negative_acknowledge",
+    "pulsar_consumer_pause_message_listener",
 )
 # Idle, the reader waits this long (ms) for a message before it looks again, and hands
 # over the first at once.
@@ -77,7 +78,12 @@ _GATHER_MOST = 256
 @functools.cache
 def available() -> str | None:
     """None when consumers can be listened to; else why not."""
-    reason = turned_off(compiled.bind_listening, compiled.next_batches, compiled.wake_reader)
+    reason = turned_off(
+        compiled.bind_listening,
+        compiled.next_batches,
+        compiled.wake_reader,
+        compiled.budget_listened,
+    )
     if reason is not None:
         return reason
     try:
@@ -116,6 +122,22 @@ def available() -> str | None:
     assert compiled.bind_listening is not None  # turned_off said so
     compiled.bind_listening(addresses, MessageIdRecord)
     return None
+
+
+def budget(key: int, most: int) -> bool:
+    """From now on pulsar-client's listener hands over at most `most` messages of the
+    consumer `key` before it pauses it (0: no limit). True when it had paused it: the
+    caller resumes it unless it wants it paused.
+
+    A listened consumer's receiver queue does not bound what the proxy takes from the
+    broker: each message the listener hands over frees a place, and pulsar-client asks the
+    broker for the next. The proxy pauses a consumer whose AMQP consumer has no room, but
+    only once the trio thread takes what came; on a busy machine the listener meanwhile
+    took a whole burst for one prefetch-1 consumer, and a second consumer of the queue got
+    none of it. With a budget of the receiver queue's size, given again at each take, the
+    proxy holds no more than that ahead of its decision."""
+    assert compiled.budget_listened is not None  # available() said so
+    return compiled.budget_listened(key, max(0, most))
 
 
 def _address_of(function: Any) -> int:
@@ -264,6 +286,7 @@ class ListenedReader:
     def unregister(self, key: int) -> None:
         """No more batches for this key: what pulsar-client hands over for it from now on
         is freed unread (the broker redelivers it once the consumer is closed)."""
+        budget(key, 0)
         with self._lock:
             handle = self._handles.pop(key, None)
             if handle is not None:
@@ -295,6 +318,8 @@ class ListenedReader:
                     deliver(handle, batch)
                 except Exception:
                     log.exception("handing over messages of %s", handle)
+                # After the proxy decided whether it wants more (a pause is made by then).
+                handle.taken_from_listener()
 
 
 READER = ListenedReader()

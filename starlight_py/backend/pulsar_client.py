@@ -464,6 +464,10 @@ class ConsumerHandle:
         # Listened (backend/listened.py): the C API's consumer, and its key in the reader.
         self._listened_at = 0
         self._listen_key = 0
+        # What pulsar-client buffers for it, and what its listener hands over at most
+        # before the proxy takes it (backend/listened.py, `budget`).
+        self.receiver_queue_size = 1
+        self._resume_when_made = False
         # ms its acknowledgements are grouped for (gateway/consume/batch_requeues.py waits as long)
         self.ack_grouping_ms = PULSAR_ACK_GROUPING_MS
         # Ungrouped, acknowledging a list per call (backend/list_acks.py): the gateway
@@ -543,7 +547,31 @@ class ConsumerHandle:
             self.paused = False
             self._gate.set()
             if self._listened_at:
+                listened.budget(self._listen_key, self.receiver_queue_size)
                 self._consumer.resume_message_listener()
+
+    def taken_from_listener(self) -> None:
+        """The proxy took what pulsar-client's listener handed over of this consumer, and
+        paused it if it wants no more: the listener may hand over a receiver queue's worth
+        again (backend/listened.py, `budget`), and goes on if it had paused itself."""
+        if self._closed:
+            return  # its key is forgotten (`close`)
+        if listened.budget(self._listen_key, self.receiver_queue_size) and not self.paused:
+            with self._close_lock:
+                consumer = self._consumer
+                if consumer is None:  # still being subscribed: `made_listened` resumes it
+                    self._resume_when_made = True
+                    return
+            consumer.resume_message_listener()
+
+    def made_listened(self, raw: Any) -> None:
+        """The listened consumer is subscribed: resumed if its listener paused itself
+        meanwhile (`taken_from_listener`)."""
+        with self._close_lock:
+            self._consumer = raw
+            resume, self._resume_when_made = self._resume_when_made, False
+        if resume:
+            raw.resume_message_listener()
 
     def start_reading(self, listener: Listener) -> None:
         """Hand every message to `listener(handle, batch)` from a thread of this handle."""
@@ -947,6 +975,10 @@ class PulsarBackend:
         thread to the process's reader (backend/listened.py)."""
         conf = self._shared_consumer_conf(consumer_name, size)
         key = listened.READER.register(handle, listener)
+        # Before the first message can come: its take refills the budget of this key.
+        handle._listen_key = key
+        handle.receiver_queue_size = size
+        listened.budget(key, size)
         in_lists = self.list_acks
         grouping = 0 if in_lists else self.ack_grouping_ms
         try:
@@ -967,8 +999,7 @@ class PulsarBackend:
         wrapper._schema = pulsar.schema.BytesSchema()
         self._client._consumers.append(wrapper)
         handle._wrapper = wrapper
-        handle._consumer = raw
-        handle._listen_key = key
+        handle.made_listened(raw)
         handle.ack_grouping_ms = grouping
         handle.acks_in_lists = in_lists
         if not in_lists:

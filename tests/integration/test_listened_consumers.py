@@ -342,3 +342,51 @@ def test_a_gather_that_finds_nothing_waits_on_for_the_next_message(
     # pulsar-client logs to stdout too.
     taken = [line for line in done.stdout.splitlines() if line.startswith(b"taken:")]
     assert taken == [b"taken: [('the handle', [b'late'])]"]
+
+
+def test_a_consumer_whose_messages_are_not_taken_is_handed_no_more_than_its_queue(
+    backend: PulsarBackend, pulsar_client: pulsar.Client
+) -> None:
+    """While the proxy does not take what the listener handed over of a consumer (a busy
+    trio thread), the listener hands over at most the consumer's receiver queue size of
+    them and then pauses it: the broker gives the rest to the subscription's other
+    consumers, as RabbitMQ gives a queue's messages to the consumers with room. Nothing is
+    lost or handed over twice."""
+    topic = _topic()
+    received = Received()
+    blocked, release = threading.Event(), threading.Event()
+    slow_handles: list[ConsumerHandle] = []
+
+    def slow(handle: ConsumerHandle, batch: list[object]) -> None:
+        received(handle, batch)
+        blocked.set()
+        release.wait(20)  # the reader is busy: nothing more is taken meanwhile
+
+    fast = backend.subscribe(topic, "s", "fast", 100, received)
+    slow_handles.append(backend.subscribe(topic, "s", "slow", 1, slow))
+    producer = pulsar_client.create_producer(str(topic), batching_enabled=False)
+    try:
+        sent = 0
+        while not blocked.is_set() and sent < 50:  # until the slow consumer got one
+            producer.send(b"%d" % sent)
+            sent += 1
+            blocked.wait(0.1)
+        assert blocked.is_set()
+        for _ in range(40):
+            producer.send(b"%d" % sent)
+            sent += 1
+        time.sleep(1.0)  # the broker hands out the 40 meanwhile
+        release.set()
+        messages = received.wait_for(sent)
+    finally:
+        release.set()
+        producer.close()
+    assert sorted(int(m.body) for m in messages) == list(range(sent))  # type: ignore[attr-defined]
+    taken_slowly = received.messages(slow_handles[0])
+    # One handed over, one more in its receiver queue (a third: a broker's lag).
+    assert len(taken_slowly) <= 3, len(taken_slowly)
+    fast.acknowledge_all(received.messages(fast))  # type: ignore[arg-type]
+    slow_handles[0].acknowledge_all(taken_slowly)  # type: ignore[arg-type]
+    for handle in (fast, *slow_handles):
+        handle.close()
+    assert _left_on(pulsar_client, topic, "s") == []
