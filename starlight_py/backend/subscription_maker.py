@@ -3,8 +3,8 @@ Pulsar client (the proxy), through the admin API otherwise (starlight-admin).
 
 A binding's subscription must exist before its bind-ok (or declare-ok, or the publish that
 first uses a queue's default-exchange binding), so that every message written after it
-counts. Made by subscribing a consumer, it costs the broker about a third of the CPU that
-the admin API's `PUT .../subscription/<s>` does (docs/performance.md, "Setup and delete"),
+counts. Made by subscribing a consumer, it costs the broker about two thirds of the CPU
+that the admin API's `PUT .../subscription/<s>` does (docs/performance.md, "Setup and delete"),
 and a topic-bound queue's setup is mostly that. When the broker refuses the consumer (no
 such topic and no auto-creation, no such namespace), the admin API is asked instead: it
 creates the topic explicitly where auto-creation is off, and its errors say why.
