@@ -18,8 +18,8 @@ use crate::handover_signal::Signal;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
-use std::ffi::{c_char, c_int, c_void, CStr};
 use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -187,7 +187,10 @@ pub fn budget_listened(key: u64, most: u32) -> bool {
     if most == 0 {
         return pending.budgets.remove(&key).is_some_and(|b| b.paused);
     }
-    let budget = pending.budgets.entry(key).or_insert(Budget { left: most, paused: false });
+    let budget = pending.budgets.entry(key).or_insert(Budget {
+        left: most,
+        paused: false,
+    });
     budget.left = most;
     std::mem::replace(&mut budget.paused, false)
 }
