@@ -245,8 +245,9 @@ class SubscriptionCleaner:
 
     def _prune(self, vhost: str, namespace: NamespaceName, cached: BindingSet) -> None:
         topic = naming.TopicName(namespace, cached.subscription_topic)
-        position = self.admin.cursor_position(topic, cached.subscription)
-        if position is None:
+        # A set not made yet has no messages: its unbound entries go at once.
+        position = self.admin.cursor_position(topic, cached.subscription) if cached.made else None
+        if position is None and cached.made:
             return
         path = self.paths.binding_set(vhost, cached.queue, cached.topic)
         found = self.zk.get(path)
@@ -255,10 +256,12 @@ class SubscriptionCleaner:
         current = decode(found[0])
         if not isinstance(current, BindingSet):
             return
+        if current.made and position is None:
+            return  # made since the cache showed it: next pass
         keep = tuple(
             e
             for e in current.entries
-            if e.active or (e.end is not None and position < e.end.entry())
+            if e.active or (position is not None and e.end is not None and position < e.end.entry())
         )
         if len(keep) == len(current.entries):
             return
@@ -287,7 +290,7 @@ class SubscriptionCleaner:
             if namespace is None:
                 continue
             older_than = math.ceil(policy.message_ttl_ms / 1000)
-            for binding_set in self.cache.binding_sets_of_queue(vhost, cached.name):
+            for binding_set in self.cache.made_sets_of_queue(vhost, cached.name):
                 topic = naming.TopicName(namespace, binding_set.subscription_topic)
                 try:
                     self.admin.expire_messages(topic, binding_set.subscription, older_than)
@@ -310,7 +313,7 @@ class SubscriptionCleaner:
                 continue
             retention = StreamRetention.of(cached.arguments)
             sets = [
-                *self.cache.binding_sets_of_queue(vhost, cached.name),
+                *self.cache.made_sets_of_queue(vhost, cached.name),
                 *self.cache.draining_sets(vhost, cached.name),
             ]
             messages = size = 0

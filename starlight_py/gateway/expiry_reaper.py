@@ -290,7 +290,7 @@ class ExpiryReaper:
         policy = MessagePolicy.of(queue.arguments)
         heads: list[int | None] = []
         empty = True
-        for binding_set in self.cache.binding_sets_of_queue(vhost, name):
+        for binding_set in self.cache.made_sets_of_queue(vhost, name):
             topic = naming.TopicName(record.namespace, binding_set.subscription_topic)
             while True:
                 head = await trio.to_thread.run_sync(

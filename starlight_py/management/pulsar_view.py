@@ -36,7 +36,9 @@ ACTIVE = "active"  # a binding set's subscription: its bindings route into the q
 DRAINING = "draining"  # retired by an unbind: delivers what came before, then goes
 RETIRED = "retired"  # retired by a queue's deletion: the cleaner deletes it
 # The queue's binding to the default exchange before its first publish through it, which
-# makes its subscription (topology/default_bindings.py): no topic or subscription yet.
+# makes its subscription (topology/default_bindings.py), and a binding set with a topic of
+# its own before the first publish it routes (topology/binding_topics.py): no topic or
+# subscription yet.
 UNUSED = "unused"
 
 
@@ -46,7 +48,7 @@ class QueueSubscription:
 
     topic: str  # local name in the vhost's namespace
     subscription: str
-    state: str  # ACTIVE, DRAINING or RETIRED
+    state: str  # ACTIVE, DRAINING, RETIRED or UNUSED
     exchange: str = ""
     exchange_type: str = ""
     routing_keys: tuple[str, ...] = ()
@@ -62,7 +64,7 @@ def queue_subscriptions(
         QueueSubscription(
             binding_set.subscription_topic,
             binding_set.subscription,
-            ACTIVE,
+            ACTIVE if binding_set.made else UNUSED,
             binding_set.exchange,
             binding_set.exchange_type,
             tuple(entry.routing_key for entry in binding_set.active_entries),

@@ -108,6 +108,8 @@ class TopologyCache:
         self._routes: dict[tuple[str, str], ExchangeRoutes[tuple[str, str]]] = {}
         # The binding topics of the active binding sets (local names).
         self._active_binding_topics: set[str] = set()
+        # Those of them not made yet (topology/binding_topics.py): no producer writes there.
+        self._unmade_binding_topics: set[str] = set()
         # (vhost, exchange) -> its binding sets whose subscription is on the exchange's topic
         self._exchange_topic_readers: dict[tuple[str, str], set[tuple[str, str]]] = {}
         # (vhost, queue) -> {topic: BindingSet}
@@ -237,6 +239,21 @@ class TopologyCache:
         with self._lock:
             return list(self._sets_by_queue.get((vhost, queue), {}).values())
 
+    def made_sets_of_queue(self, vhost: str, queue: str) -> list[BindingSet]:
+        """The queue's binding sets that have their subscription (those to read): not the
+        ones the first publish they route makes (topology/binding_topics.py)."""
+        with self._lock:
+            return [b for b in self._sets_by_queue.get((vhost, queue), {}).values() if b.made]
+
+    def binding_topic_unmade(self, local: str) -> bool:
+        """Whether `local` is the topic of a binding set not made yet: a publish routed
+        there makes it first (topology/binding_topics.py). One set lookup."""
+        return local in self._unmade_binding_topics
+
+    def binding_topic_made(self, local: str) -> bool:
+        """Whether `local` is the topic of an active binding set that is made."""
+        return local in self._active_binding_topics and local not in self._unmade_binding_topics
+
     def queues(self) -> list[tuple[str, Queue]]:
         """Every queue, as (vhost, queue)."""
         with self._lock:
@@ -259,13 +276,15 @@ class TopologyCache:
         with self._lock:
             return [(vhost, record) for (vhost, _), record in self._retired.items()]
 
-    def all_binding_sets(self) -> list[tuple[str, BindingSet]]:
-        """Every active binding set, as (vhost, set)."""
+    def all_binding_sets(self, made_only: bool = False) -> list[tuple[str, BindingSet]]:
+        """Every active binding set, as (vhost, set); `made_only`: those that have their
+        subscription (topology/binding_topics.py)."""
         with self._lock:
             return [
                 (vhost, binding_set)
                 for (vhost, _), sets in self._sets_by_queue.items()
                 for binding_set in sets.values()
+                if binding_set.made or not made_only
             ]
 
     def binding_set(self, vhost: str, queue: str, topic: str) -> BindingSet | None:
@@ -562,6 +581,10 @@ class TopologyCache:
         readers = self._exchange_topic_readers
         if record.binding_topic:
             self._active_binding_topics.add(record.binding_topic)
+            if record.made:
+                self._unmade_binding_topics.discard(record.binding_topic)
+            else:
+                self._unmade_binding_topics.add(record.binding_topic)
             _forget(readers, exchange_key, set_key)
         else:
             readers.setdefault(exchange_key, set()).add(set_key)
@@ -580,6 +603,7 @@ class TopologyCache:
         gone = queue_sets.pop(set_key[1], None)
         if gone is not None:
             self._active_binding_topics.discard(gone.binding_topic)
+            self._unmade_binding_topics.discard(gone.binding_topic)
             read = (vhost, gone.subscription_topic)
             self._note_share(read, (set_key[0], gone.topic), None, gone=True)
         if not queue_sets:

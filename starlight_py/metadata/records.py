@@ -264,6 +264,10 @@ class BindingSet:
     # name of the set's own topic (model.naming.binding_topic), which only messages routed
     # to the queue reach. Empty: the subscription reads the exchange's `topic`.
     binding_topic: str = ""
+    # False while a set with its own topic has neither topic nor subscription: they are made
+    # by the first publish it routes (topology/binding_topics.py). Sets written before
+    # that existed are made.
+    made: bool = True
 
     @property
     def subscription_topic(self) -> str:
@@ -403,6 +407,7 @@ def encode(record: object) -> bytes:
             "created": record.created,
             "exchange_type": record.exchange_type,
             **({"binding_topic": record.binding_topic} if record.binding_topic else {}),
+            **({} if record.made else {"made": False}),
             "entries": [
                 {
                     "routing_key": e.routing_key,
@@ -516,6 +521,7 @@ def decode(
                 body.get("created", 0.0),
                 body.get("exchange_type", "direct"),
                 body.get("binding_topic", ""),
+                body.get("made", True),
             )
         if kind == "exchange_binding":
             return ExchangeBinding(

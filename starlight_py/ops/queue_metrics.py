@@ -103,7 +103,7 @@ def queue_subscriptions(cache: TopologyCache) -> list[QueueSubscriptions]:
     for vhost, queue in cache.queues():
         by_queue[(vhost, queue.name)] = []
     namespaces: dict[str, NamespaceName | None] = {}
-    for vhost, binding_set in cache.all_binding_sets():
+    for vhost, binding_set in cache.all_binding_sets(made_only=True):
         subscriptions = by_queue.get((vhost, binding_set.queue))
         if vhost not in namespaces:
             record = cache.vhost(vhost)

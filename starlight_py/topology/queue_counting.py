@@ -161,6 +161,8 @@ class QueueCounting:
         backlog = 0
         by_subscription: dict[str, tuple[naming.TopicName, int]] = {}
         for binding_set, _ in self._binding_sets(vhost, name) if sets is None else sets:
+            if not binding_set.made:
+                continue  # no topic yet, so no message (topology/binding_topics.py)
             topic = naming.TopicName(namespace, binding_set.subscription_topic)
             stats = self.admin.subscription_stats(topic, with_bytes).get(binding_set.subscription)
             if stats is not None:

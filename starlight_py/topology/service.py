@@ -78,6 +78,7 @@ from starlight_py.model.topology import (
     validate_queue_arguments,
 )
 from starlight_py.topology.background_work import at_once
+from starlight_py.topology.binding_topics import make_binding_topic
 from starlight_py.topology.default_bindings import (
     default_binding_set,
     made_at_declare,
@@ -142,10 +143,10 @@ class TopologyService:
         # Queue deletions this process started: what a get confirmed in ZooKeeper before one
         # is confirmed there again (gateway/consume/getting.py).
         self.queue_deletions = 0
-        # Default-exchange bindings this process asked for (made, or found made by another
-        # process): a get whose channel read the queue's binding sets before reads them
-        # again (gateway/consume/getting.py).
-        self.default_bindings_made = 0
+        # Default-exchange bindings and binding topics this process asked for (made, or
+        # found made by another process): a get whose channel read the queue's binding sets
+        # before reads them again (gateway/consume/getting.py).
+        self.bindings_made = 0
         # What queues hold and who reads them (queue_counting.py), and the consumers'
         # records (queue_consumers.py).
         self.counts = QueueCounting(
@@ -179,9 +180,12 @@ class TopologyService:
         return self._read(self.paths.queue(vhost, name))
 
     def binding_sets(self, vhost: str, queue: str) -> list[tuple[BindingSet, int]]:
-        """The queue's binding sets, and the retired ones still draining into it (version
-        -1)."""
-        return self._with_draining(self._active_sets(vhost, queue), self.draining(vhost, queue))
+        """The queue's binding sets to read, and the retired ones still draining into it
+        (version -1). Not the sets whose subscription the first publish they route makes
+        (topology/binding_topics.py): there is nothing to read there yet."""
+        return self._with_draining(
+            [x for x in self._active_sets(vhost, queue) if x[0].made], self.draining(vhost, queue)
+        )
 
     def _active_sets(self, vhost: str, queue: str) -> list[tuple[BindingSet, int]]:
         base = self.paths.queue_bindings(vhost, queue)
@@ -477,7 +481,21 @@ class TopologyService:
             self.zk, self.paths, self.subscriptions, vhost, namespace, queue
         )
         if made is not None:
-            self.default_bindings_made += 1
+            self.bindings_made += 1
+        return made
+
+    def binding_topic(
+        self, vhost: str, namespace: NamespaceName, queue: str, set_topic: str
+    ) -> BindingSet | None:
+        """`queue`'s binding set on the exchange topic `set_topic` (a local name), its own
+        topic and subscription made now if they are not yet (topology/binding_topics.py);
+        None when there is no such set. Raises MetadataUnavailable, BackendUnavailable,
+        TopologyConflict."""
+        made = make_binding_topic(
+            self.zk, self.paths, self.subscriptions, self.admin, vhost, namespace, queue, set_topic
+        )
+        if made is not None:
+            self.bindings_made += 1
         return made
 
     @staticmethod
@@ -710,6 +728,11 @@ class TopologyService:
     ) -> None:
         topic = naming.TopicName(namespace, record.topic)
         try:
+            if record.binding_set is not None and not record.binding_set.made:
+                # Never made: no subscription, no topic (a publish making them meanwhile
+                # finds the set gone and deletes them: topology/binding_topics.py).
+                self.zk.delete(self.paths.retired_subscription(vhost, record.subscription))
+                return
             # Not forced: a consumer still attached would reconnect and make the
             # subscription again. Consumers let go when they see the record; the
             # SubscriptionCleaner deletes what is refused here.
@@ -771,8 +794,12 @@ class TopologyService:
             binding_set, set_version = found_set
             if any(e.same_binding(routing_key, arguments) for e in binding_set.active_entries):
                 return  # binding twice is idempotent
-            start = self.admin.last_message_id(
-                naming.TopicName(namespace, binding_set.subscription_topic)
+            start = (
+                self.admin.last_message_id(
+                    naming.TopicName(namespace, binding_set.subscription_topic)
+                )
+                if binding_set.made
+                else None  # no topic yet: nothing was written before this binding
             )
             entry = BindingEntry(routing_key, arguments, start=start)
             updated = binding_set.with_entries((*binding_set.entries, entry))
@@ -809,9 +836,14 @@ class TopologyService:
             created=now(),
             exchange_type=exchange.routing_type,
             binding_topic="" if own_topic is None else own_topic.local,
+            # Its topic and subscription are made by the first publish it routes
+            # (topology/binding_topics.py), but a stream's: a stream consumer that started
+            # before then would begin that topic at its first read, past what came first.
+            made=own_topic is None or is_stream(queue.arguments),
         )
         read_topic = topic if own_topic is None else own_topic
-        self.subscriptions.create(read_topic, binding_set.subscription)
+        if binding_set.made:
+            self.subscriptions.create(read_topic, binding_set.subscription)
         try:
             self.zk.commit(
                 [
@@ -828,9 +860,10 @@ class TopologyService:
                 ]
             )
         except TransactionFailed as e:
-            self.admin.delete_subscription(read_topic, binding_set.subscription)
-            if own_topic is not None:
-                self.admin.delete_topic(own_topic)
+            if binding_set.made:
+                self.admin.delete_subscription(read_topic, binding_set.subscription)
+                if own_topic is not None:
+                    self.admin.delete_topic(own_topic)
             if isinstance(e.cause, NodeMissing):
                 # The queue or the exchange went away meanwhile: answer as if it never was.
                 if e.index == 0:
@@ -875,8 +908,12 @@ class TopologyService:
             if not any(e.same_binding(routing_key, arguments) for e in active):
                 return
             self._check_owner(vhost, queue, owner, QUEUE_UNBIND)
-            end = self.admin.last_message_id(
-                naming.TopicName(namespace, binding_set.subscription_topic)
+            end = (
+                self.admin.last_message_id(
+                    naming.TopicName(namespace, binding_set.subscription_topic)
+                )
+                if binding_set.made
+                else None  # nothing was written: nothing to drain
             )
             remaining = [e for e in active if not e.same_binding(routing_key, arguments)]
             if remaining:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import trio
 
+from starlight_py.gateway.concurrency import concurrently
 from starlight_py.gateway.consume.getting import (
     GETTER_IDLE,
     GETTER_RECHECK,
-    concurrently,
     idle_getters,
     next_idle_look,
 )

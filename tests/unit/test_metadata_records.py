@@ -7,6 +7,7 @@ import datetime
 import decimal
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,16 @@ RECORDS = [
     RetiredSubscription("events", "q1~~a1b2c3d4e5f6", "q1", None, False, 1714564802.0),
     PermissionRecord("/", "alice", Permission("^amq\\.gen-.*", ".*", "")),
     ExchangeBinding("src", "dst x", "a.#", ARGUMENTS),
+    BindingSet(
+        "q2",
+        "events",
+        "events",
+        "q2~~a1b2c3d4e5f6",
+        (BindingEntry("a.*"),),
+        exchange_type="topic",
+        binding_topic="events~~q2~~a1b2c3d4e5f6",
+        made=False,
+    ),
 ]
 
 
@@ -209,6 +220,18 @@ def test_optional_fields_of_older_writers_have_defaults() -> None:
     assert isinstance(decoded, BindingSet)
     assert decoded.created == 0.0
     assert all(entry.active for entry in decoded.entries)
+
+
+def test_a_binding_set_is_made_unless_it_says_unmade() -> None:
+    """Sets written before binding topics were made by their first message had their
+    subscription made at bind: no key, made. A set not made yet says so, and only it."""
+    unmade = RECORDS[-1]
+    assert isinstance(unmade, BindingSet) and not unmade.made
+    assert json.loads(encode(unmade))["made"] is False
+    made = replace(unmade, made=True)
+    body = json.loads(encode(made))
+    assert "made" not in body
+    assert decode(json.dumps(body).encode()) == made
 
 
 def test_encoding_anything_else_is_a_type_error() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from kazoo.recipe.cache import NodeData, TreeEvent
@@ -162,6 +163,29 @@ def test_a_binding_set_update_replaces_it(cache: TopologyCache) -> None:
     put(cache, path, unbound)
     [current] = cache.binding_sets_of_exchange("/", "events")
     assert [e.routing_key for e in current.active_entries] == ["b"]
+
+
+def test_a_binding_topic_is_unmade_until_its_set_says_made(cache: TopologyCache) -> None:
+    path = PATHS.binding_set("/", "q1", "events")
+    own = "events~~q1~~0123456789ab"
+    unmade = replace(
+        binding_set("q1", "events", "events", "a.*"),
+        exchange_type="topic",
+        binding_topic=own,
+        made=False,
+    )
+    put(cache, path, unmade)
+    assert cache.binding_topic_unmade(own) and not cache.binding_topic_made(own)
+    assert cache.binding_sets_of_queue("/", "q1") == [unmade]  # it routes
+    assert cache.made_sets_of_queue("/", "q1") == []  # nothing to read
+    assert cache.all_binding_sets(made_only=True) == []
+    made = replace(unmade, made=True)
+    put(cache, path, made)
+    assert cache.binding_topic_made(own) and not cache.binding_topic_unmade(own)
+    assert cache.made_sets_of_queue("/", "q1") == [made]
+    put(cache, path, unmade)  # (never happens: made is for good) back again
+    remove(cache, path)
+    assert not cache.binding_topic_unmade(own) and not cache.binding_topic_made(own)
 
 
 def test_removing_binding_sets_empties_the_index(cache: TopologyCache) -> None:

@@ -22,6 +22,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import trio
@@ -50,6 +51,7 @@ from starlight_py.core.commands import (
 from starlight_py.core.consumer import Consumer, Deliverable
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.concurrency import concurrently
 from starlight_py.gateway.consume.batch_requeues import BatchRequeues
 from starlight_py.gateway.consume.consumer_link import ConsumerLink, LinkSet
 from starlight_py.gateway.consume.delivery_plans import (
@@ -210,19 +212,9 @@ class Consumers:
         if len(sets) == 1:
             await self.subscribe(link, sets[0], backlogs.get(sets[0].subscription))
             return
-        failures: list[Exception] = []
-
-        async def one(binding_set: BindingSet) -> None:
-            try:
-                await self.subscribe(link, binding_set, backlogs.get(binding_set.subscription))
-            except Exception as e:
-                failures.append(e)
-
-        async with trio.open_nursery() as nursery:
-            for binding_set in sets:
-                nursery.start_soon(one, binding_set)
-        if failures:
-            raise failures[0]
+        await concurrently(
+            *(partial(self.subscribe, link, s, backlogs.get(s.subscription)) for s in sets)
+        )
 
     async def subscribe(
         self, link: ConsumerLink, binding_set: BindingSet, backlog: int | None = None
@@ -312,7 +304,7 @@ class Consumers:
                 continue
             if link.waiting:
                 continue  # not its turn: it subscribes when it comes
-            current = self.cache.binding_sets_of_queue(self.ctx.vhost, link.queue)
+            current = self.cache.made_sets_of_queue(self.ctx.vhost, link.queue)
             for binding_set in current:
                 if binding_set.subscription not in link.handles:
                     await self.subscribe(link, binding_set)

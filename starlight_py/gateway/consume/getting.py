@@ -24,10 +24,9 @@ counts come from the brokers' plugin in one request when they have it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import trio
 
@@ -36,6 +35,7 @@ from starlight_py.backend.pulsar_admin import SubscriptionStats
 from starlight_py.backend.pulsar_client import ConsumerHandle, ReceivedMessage
 from starlight_py.core.consumer import Deliverable
 from starlight_py.gateway.channel_session import ChannelSession
+from starlight_py.gateway.concurrency import concurrently
 from starlight_py.gateway.consume.consuming_services import ConsumingServices
 from starlight_py.metadata.records import BindingSet
 from starlight_py.model import naming
@@ -136,9 +136,9 @@ class Getters:
         topology = consumers.topology
         # Looked up at once rather than one after the other: a poller's get used to take
         # the sum of four ZooKeeper and Pulsar round trips.
-        if session.get_sources_made != topology.default_bindings_made:
+        if session.get_sources_made != topology.bindings_made:
             session.get_sources.clear()
-            session.get_sources_made = topology.default_bindings_made
+            session.get_sources_made = topology.bindings_made
         last_sets = session.get_sources.get(queue)
         found = await concurrently(
             partial(self._usable_record, session, queue),
@@ -290,7 +290,7 @@ class Getters:
         cache = self.consumers.cache
         vhost = self.consumers.ctx.vhost
         if last_sets is not None:
-            cached = cache.binding_sets_of_queue(vhost, queue) + cache.draining_sets(vhost, queue)
+            cached = cache.made_sets_of_queue(vhost, queue) + cache.draining_sets(vhost, queue)
             if sorted(b.subscription for b in cached) == sorted(b.subscription for b in last_sets):
                 return last_sets
         found = await trio.to_thread.run_sync(self.consumers.topology.binding_sets, vhost, queue)
@@ -555,25 +555,3 @@ def next_idle_look(
     only busy ones are open)."""
     due = [used.get(sub, now) + GETTER_IDLE - now for sub in open_getters if sub not in busy]
     return max(0.001, min(due)) if due else GETTER_RECHECK
-
-
-async def concurrently(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
-    """Await calls at once; their results in order. The first call's exception wins (it
-    says why the others do not matter, say a queue not found), then the others' in order;
-    nothing is wrapped in an exception group."""
-    results: list[Any] = [None] * len(calls)
-    errors: list[Exception | None] = [None] * len(calls)
-
-    async def one(index: int) -> None:
-        try:
-            results[index] = await calls[index]()
-        except Exception as e:
-            errors[index] = e
-
-    async with trio.open_nursery() as nursery:
-        for index in range(len(calls)):
-            nursery.start_soon(one, index)
-    for error in errors:
-        if error is not None:
-            raise error
-    return results

@@ -48,6 +48,7 @@ from starlight_py.gateway.publish.exchange_routing import (
     written_copies,
 )
 from starlight_py.gateway.publish.message_copies import copy_targets, message_copies
+from starlight_py.gateway.publish.own_topics import own_topics_ready
 from starlight_py.gateway.publish.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.publish.producer_pool import ProducerPool
 from starlight_py.gateway.publish.publish_planning import SlowPlanner
@@ -270,11 +271,14 @@ class Publisher:
             targets.own_topics,
             targets.exchange_topic_read,
         )
-        if not copies or (
-            target_exchange.name == "" and not has_default_binding(cache, ctx, routing_key)
+        if (
+            not copies
+            or (target_exchange.name == "" and not has_default_binding(cache, ctx, routing_key))
+            or (targets.own_topics and any(cache.binding_topic_unmade(t.local) for t, _ in copies))
         ):
-            # Routed per the cache, but to no topic it knows (ask ZooKeeper), or to a queue
-            # whose default-exchange binding the first publish makes.
+            # Routed per the cache, but to no topic it knows (ask ZooKeeper), or to a
+            # queue whose default-exchange binding, or a binding topic, the first publish
+            # makes.
             return False
         producers = []
         for copy_topic, _ in copies:
@@ -518,6 +522,11 @@ class Publisher:
             properties.priority,
             frozenset(refusing),
         )
+        gone = await own_topics_ready(self.cache, self.topology, self.ctx, (t for t, *_ in written))
+        written = [w for w in written if w[0].local not in gone]  # unbound meanwhile
+        if not written:
+            target.settle_publishes([(seq, True)])  # routed when published: confirmed
+            return True
         delay_ms = message_delay_ms(headers) if exchange.delays_messages else 0
         outcome = PublishOutcome(target, seq, len(written), bool(refusing))
         for copy_topic, copy_properties, stored in written:
