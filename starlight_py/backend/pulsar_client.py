@@ -191,6 +191,8 @@ class ProducerHandle:
         if producer is not None:
             self._made.set()
         self._failure: str | None = None
+        # What was sent to it goes nowhere, as stored (`discard`).
+        self._discarded = False
         # Why the producer of a pending handle could not be made (`fail`): the publishing
         # connections close with it, as when a publish waited for the producer.
         self.creation_error: Exception | None = None
@@ -241,6 +243,14 @@ class ProducerHandle:
         self._failure = error
         self.creation_error = cause
         self._run_waiting()
+
+    def discard(self) -> None:
+        """A `pending` handle whose topic no longer takes messages (trio thread): what
+        waited, and whatever is asked later, succeeds without being written (the binding
+        topic of a binding unbound before its first message was written:
+        topology/binding_topics.py)."""
+        self._discarded = True
+        self.fail("discarded")
 
     def _run_waiting(self) -> None:
         waiting, self._waiting = self._waiting or [], None
@@ -303,7 +313,7 @@ class ProducerHandle:
             if self._waiting is not None:
                 self._waiting.append(later)
             else:
-                done(False, self._failure or "no producer")
+                done(self._discarded, "" if self._discarded else self._failure or "no producer")
             return
         self._send_pending()
         self._send_with_callback(self._raw, alone, body, properties, done, deliver_after_ms, stored)
@@ -365,7 +375,6 @@ class ProducerHandle:
         report them to `flushed` on the trio thread."""
         covered, self._unflushed = self._unflushed, 0
         if self._flusher is None or self._raw is None:
-            failure = self._failure
 
             def later() -> None:
                 self._flush_now(covered, done)
@@ -373,13 +382,13 @@ class ProducerHandle:
             if self._waiting is not None:
                 self._waiting.append(later)
             else:
-                done(covered, False, failure or "no producer")
+                self._failed_flush(covered, done)
             return
         self._flush_now(covered, done)
 
     def _flush_now(self, covered: int, done: FlushCallback) -> None:
         if self._flusher is None or self._raw is None:
-            done(covered, False, self._failure or "no producer")
+            self._failed_flush(covered, done)
             return
         self._send_pending()
 
@@ -388,6 +397,13 @@ class ProducerHandle:
             done(covered, ok, "" if ok else result_text(result))
 
         self._flusher.flush(callback)
+
+    def _failed_flush(self, covered: int, done: FlushCallback) -> None:
+        """The outcome of a flush without a producer: failed, or, discarded, stored."""
+        if self._discarded:
+            done(covered, True, "")
+        else:
+            done(covered, False, self._failure or "no producer")
 
     def flushed(self, covered: int) -> None:
         self.in_flight -= covered

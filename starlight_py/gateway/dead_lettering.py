@@ -56,7 +56,7 @@ from starlight_py.gateway.publish.message_copies import (
     message_copies,
     stored_copy_targets,
 )
-from starlight_py.gateway.publish.own_topics import own_topics_ready
+from starlight_py.gateway.publish.own_topics import OwnTopics
 from starlight_py.gateway.publish.producer_pool import ProducerPool
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
@@ -152,6 +152,7 @@ class DeadLetters:
         self.ctx = ctx
         self.cache = cache
         self.topology = topology
+        self.own_topics = OwnTopics(cache, topology, ctx)
         self.producers = producers
         self.spawn = spawn  # start a task in the connection's nursery
         self.returns = returns
@@ -404,17 +405,12 @@ class DeadLetters:
             and not await default_binding_ready(self.cache, self.topology, self.ctx, dead_key)
         ):
             return False  # the queue went away meanwhile: unroutable
-        if targets.own_topics:
-            gone = await own_topics_ready(
-                self.cache, self.topology, self.ctx, (t for t, _ in copies)
-            )
-            copies = [c for c in copies if c[0].local not in gone]  # unbound meanwhile
         if not copies:
             return False  # its binding went away meanwhile: unroutable
         pending = _Copies(len(copies), done)
         sending()
         for copy_topic, copy_properties in copies:
-            producer = await self.producers.get(copy_topic)
+            producer = await self.producers.get(copy_topic, self.own_topics.before(copy_topic))
             while not producer.has_room():
                 await trio.sleep(SEND_BACKOFF)
             producer.send_tracked(body, copy_properties, self._copy_callback(pending, producer))
@@ -450,14 +446,10 @@ class DeadLetters:
             self.cache.max_priorities(vhost),
             dead_properties.priority,
         )
-        gone = await own_topics_ready(self.cache, self.topology, self.ctx, (t for t, *_ in copies))
-        copies = [c for c in copies if c[0].local not in gone]  # unbound meanwhile
-        if not copies:
-            return False
         pending = _Copies(len(copies), done)
         sending()
         for copy_topic, copy_properties, _ in copies:
-            producer = await self.producers.get(copy_topic)
+            producer = await self.producers.get(copy_topic, self.own_topics.before(copy_topic))
             while not producer.has_room():
                 await trio.sleep(SEND_BACKOFF)
             producer.send_tracked(body, copy_properties, self._copy_callback(pending, producer))

@@ -167,6 +167,102 @@ def test_the_pool_forgets_a_producer_that_cannot_be_made() -> None:
     trio.run(main)
 
 
+def test_a_discarded_handle_succeeds_without_writing() -> None:
+    """A binding topic whose binding went away before its first message was written:
+    what was sent there is confirmed (it was routed when published) and goes nowhere."""
+    pending = ProducerHandle.pending(1000, TOPIC, batching=False)
+    flushes: list[tuple[int, bool, str]] = []
+    tracked: list[tuple[bool, str]] = []
+    pending.send(b"one", {})
+    pending.send_tracked(b"two", {}, lambda ok, error: tracked.append((ok, error)))
+    pending.flush(lambda covered, ok, error: flushes.append((covered, ok, error)))
+    pending.discard()
+    assert pending.made
+    assert tracked == [(True, "")] and flushes == [(1, True, "")]
+    pending.send(b"three", {})
+    pending.flush(lambda covered, ok, error: flushes.append((covered, ok, error)))
+    assert flushes[-1] == (1, True, "")
+
+
+def test_the_pool_does_what_comes_before_a_topic_s_first_producer() -> None:
+    backend = SlowBackend()
+    pool = ProducerPool(backend)  # type: ignore[arg-type]
+    asked: list[int] = []
+    made_before: list[int] = []
+
+    async def before() -> bool:
+        asked.append(len(backend.made))
+        await trio.sleep(0.1)
+        made_before.append(len(backend.made))
+        return True
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await started(nursery, pool)
+            handle = await pool.get(TOPIC, before)
+            assert not handle.made  # neither waited for
+            assert await pool.get(TOPIC, before) is handle  # asked once per producer
+            handle.send(b"after", {})
+            with trio.fail_after(10):
+                while not handle.made:
+                    await trio.sleep(0.01)
+            assert asked == [0] and made_before == [0]  # before any producer was made
+            assert bodies(backend.raw[0]) == [b"after"]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_topic_that_takes_nothing_gets_no_producer() -> None:
+    backend = SlowBackend()
+    pool = ProducerPool(backend)  # type: ignore[arg-type]
+
+    async def gone() -> bool:
+        return False
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await started(nursery, pool)
+            handle = await pool.get(TOPIC, gone)
+            outcomes: list[bool] = []
+            handle.send(b"to nobody", {})
+            handle.flush(lambda covered, ok, error: outcomes.append(ok))
+            with trio.fail_after(10):
+                while not handle.made:
+                    await trio.sleep(0.01)
+            assert outcomes == [True] and backend.made == []
+            assert pool.peek(TOPIC) is None
+            nursery.cancel_scope.cancel()
+        # Without the pool's task the get waits, with the same outcome.
+        waited = await ProducerPool(backend).get(TOPIC, gone)  # type: ignore[arg-type]
+        assert waited.made and backend.made == []
+
+    trio.run(main)
+
+
+def test_what_comes_before_failing_fails_what_was_sent() -> None:
+    pool = ProducerPool(SlowBackend())  # type: ignore[arg-type]
+
+    async def unreachable() -> bool:
+        raise BackendUnavailable("Pulsar is away")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await started(nursery, pool)
+            handle = await pool.get(TOPIC, unreachable)
+            outcomes: list[bool] = []
+            handle.send(b"lost?", {})
+            handle.flush(lambda covered, ok, error: outcomes.append(ok))
+            with trio.fail_after(10):
+                while not handle.made:
+                    await trio.sleep(0.01)
+            assert outcomes == [False] and isinstance(handle.creation_error, BackendUnavailable)
+            assert pool.peek(TOPIC) is None
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
 class Recorded:
     """An OutcomeTarget that records what is settled."""
 

@@ -60,11 +60,7 @@ class Cache:
         self.own_topics: dict[str, str] = {}  # queue -> its binding topic (none: legacy)
         # Queues whose default-exchange binding the first publish makes (not made yet).
         self.without_default: set[str] = set()
-        self.unmade: set[str] = set()  # binding topics the first publish routed there makes
         self.asked = 0
-
-    def binding_topic_unmade(self, local: str) -> bool:
-        return local in self.unmade
 
     def exchange(self, vhost: str, name: str) -> Exchange | None:
         self.asked += 1
@@ -228,25 +224,6 @@ def test_a_topic_exchange_writes_only_to_the_binding_topics_of_the_queues_it_rou
     assert exchange_topic.sent == []
     # One queue reached: a plan; two: each publish looks again (one copy per queue).
     assert list(publisher._plans) == [("t", "k.1")]
-
-
-@in_trio
-def test_a_binding_topic_not_made_yet_sends_the_publish_the_slow_way(setup: Setup) -> None:
-    publisher, cache, pool, channel = setup
-    cache.exchanges["t"] = Exchange("t", "topic")
-    topic = naming.binding_topic(NAMESPACE, "t", "a", "0123456789ab")
-    cache.own_topics = {"a": topic.local}
-    cache.routes[("t", "k")] = {"a"}
-    cache.unmade = {topic.local}
-    raw = producer_for(pool, topic)  # even with a producer there (it cannot be, but)
-    properties, encoded = properties_of()
-    publish = Publish("t", "k", False, False)
-    assert not publisher.publish_now(channel, publish, properties, b"1", encoded)
-    assert raw.sent == []
-    cache.unmade.clear()  # made by the slow path's first publish
-    cache.changes += 1
-    assert publisher.publish_now(channel, publish, properties, b"2", encoded)
-    assert len(raw.sent) == 1
 
 
 @in_trio

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
-from starlight_py.backend.pulsar_admin import BackendUnavailable
+from starlight_py.backend.pulsar_admin import BackendUnavailable, PulsarAdminError
 from starlight_py.backend.pulsar_client import BackendError, ProducerHandle, PulsarBackend
+from starlight_py.metadata.zookeeper import MetadataUnavailable
 from starlight_py.model import naming
+from starlight_py.topology.errors import TopologyConflict
 
 log = logging.getLogger("starlight.publish")
+
+# Done before a topic's first producer is made; False: the topic takes nothing.
+Before = Callable[[], Awaitable[bool]]
+
+
+def _discarding(backend: PulsarBackend, topic: naming.TopicName) -> ProducerHandle:
+    """A handle that takes messages and writes none (ProducerHandle.discard)."""
+    handle = ProducerHandle.pending(backend.producer_capacity, topic, backend.batching)
+    handle.discard()
+    return handle
 
 
 class ProducerPool:
@@ -54,7 +66,11 @@ class ProducerPool:
             producer.last_used = trio.current_time()
         return producer
 
-    async def get(self, topic: naming.TopicName) -> ProducerHandle:
+    async def get(self, topic: naming.TopicName, before: Before | None = None) -> ProducerHandle:
+        """The topic's producer. `before`: what must be done before anything is written to
+        a topic that has no producer here yet (make a binding topic's subscription:
+        gateway/publish/own_topics.py); when it answers False, the topic takes nothing and
+        what is sent to the handle succeeds unwritten (ProducerHandle.discard)."""
         key = str(topic)
         producer = self._producers.get(key)
         if producer is not None:
@@ -65,7 +81,7 @@ class ProducerPool:
                 self.backend.producer_capacity, topic, self.backend.batching
             )
             self._producers[key] = producer
-            self._nursery.start_soon(self._make, key, producer)
+            self._nursery.start_soon(self._make, key, producer, before)
             producer.last_used = trio.current_time()
             return producer
         lock = self._locks.setdefault(key, trio.Lock())
@@ -73,6 +89,8 @@ class ProducerPool:
             async with lock:
                 producer = self._producers.get(key)
                 if producer is None:
+                    if before is not None and not await before():
+                        return _discarding(self.backend, topic)
                     producer = await trio.to_thread.run_sync(self.backend.create_producer, topic)
                     self._producers[key] = producer
         finally:
@@ -81,17 +99,29 @@ class ProducerPool:
         producer.last_used = trio.current_time()
         return producer
 
-    async def _make(self, key: str, pending: ProducerHandle) -> None:
-        """Make the producer of a pending handle; if it cannot be made, what was sent to it
-        fails (see the class docstring) and the next publish to the topic tries again."""
+    async def _make(self, key: str, pending: ProducerHandle, before: Before | None) -> None:
+        """Make the producer of a pending handle (after `before`); if it cannot be made,
+        what was sent to it fails (see the class docstring) and the next publish to the
+        topic tries again."""
         assert pending.topic is not None
         try:
+            if before is not None and not await before():
+                if self._producers.get(key) is pending:
+                    del self._producers[key]
+                pending.discard()
+                return
             # Abandoned on cancel: a shutdown does not wait for a Pulsar that does not answer
             # (the client's close ends what it made).
             made = await trio.to_thread.run_sync(
                 self.backend.create_producer, pending.topic, abandon_on_cancel=True
             )
-        except (BackendUnavailable, BackendError) as e:
+        except (
+            BackendUnavailable,
+            BackendError,
+            PulsarAdminError,
+            MetadataUnavailable,
+            TopologyConflict,
+        ) as e:
             log.warning("%s", e)
             if self._producers.get(key) is pending:
                 del self._producers[key]

@@ -24,7 +24,6 @@ from starlight_py.gateway.publish.message_copies import (
     message_copies,
     stored_copy_targets,
 )
-from starlight_py.gateway.publish.own_topics import own_topics_ready
 from starlight_py.gateway.publish.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.topology_methods import VhostContext
 from starlight_py.metadata.cache import TopologyCache
@@ -148,11 +147,6 @@ class SlowPlanner:
             and not await default_binding_ready(self.cache, self.topology, self.ctx, routing_key)
         ):
             copies = []  # the queue went away meanwhile: unroutable
-        if targets.own_topics:
-            gone = await own_topics_ready(
-                self.cache, self.topology, self.ctx, (t for t, _ in copies)
-            )
-            copies = [c for c in copies if c[0].local not in gone]  # unbound meanwhile
         delay_ms = message_delay_ms(headers) if any(x.delays_messages for x in path) else 0
         banded = bool(routed & priorities.keys())
         pre_ack = None if banded else self.pre_ack(target, routing_key, headers, topic)

@@ -48,7 +48,7 @@ from starlight_py.gateway.publish.exchange_routing import (
     written_copies,
 )
 from starlight_py.gateway.publish.message_copies import copy_targets, message_copies
-from starlight_py.gateway.publish.own_topics import own_topics_ready
+from starlight_py.gateway.publish.own_topics import OwnTopics
 from starlight_py.gateway.publish.pre_acks import PreAcks, StoredCallback
 from starlight_py.gateway.publish.producer_pool import ProducerPool
 from starlight_py.gateway.publish.publish_planning import SlowPlanner
@@ -145,6 +145,7 @@ class Publisher:
         self.ctx = ctx
         self.cache = cache
         self.topology = topology
+        self.own_topics = OwnTopics(cache, topology, ctx)
         self.producers = producers
         self.kick = kick
         self.metrics = metrics or ProxyMetrics()
@@ -271,14 +272,13 @@ class Publisher:
             targets.own_topics,
             targets.exchange_topic_read,
         )
-        if (
-            not copies
-            or (target_exchange.name == "" and not has_default_binding(cache, ctx, routing_key))
-            or (targets.own_topics and any(cache.binding_topic_unmade(t.local) for t, _ in copies))
+        if not copies or (
+            target_exchange.name == "" and not has_default_binding(cache, ctx, routing_key)
         ):
-            # Routed per the cache, but to no topic it knows (ask ZooKeeper), or to a
-            # queue whose default-exchange binding, or a binding topic, the first publish
-            # makes.
+            # Routed per the cache, but to no topic it knows (ask ZooKeeper), or to a queue
+            # whose default-exchange binding the first publish makes. (A binding topic not
+            # made yet has no producer below, or one whose making comes first:
+            # gateway/publish/own_topics.py.)
             return False
         producers = []
         for copy_topic, _ in copies:
@@ -464,7 +464,7 @@ class Publisher:
             return
         outcome = PublishOutcome(target, seq, len(plan.copies), plan.refused)
         for copy_topic, copy_properties in plan.copies:
-            producer = await self.producers.get(copy_topic)
+            producer = await self.producers.get(copy_topic, self.own_topics.before(copy_topic))
             await self._wait_for_room(producer)
             stored = plan.pre_ack if copy_topic == plan.topic else None
             await self._send_in_order(
@@ -522,15 +522,10 @@ class Publisher:
             properties.priority,
             frozenset(refusing),
         )
-        gone = await own_topics_ready(self.cache, self.topology, self.ctx, (t for t, *_ in written))
-        written = [w for w in written if w[0].local not in gone]  # unbound meanwhile
-        if not written:
-            target.settle_publishes([(seq, True)])  # routed when published: confirmed
-            return True
         delay_ms = message_delay_ms(headers) if exchange.delays_messages else 0
         outcome = PublishOutcome(target, seq, len(written), bool(refusing))
         for copy_topic, copy_properties, stored in written:
-            producer = await self.producers.get(copy_topic)
+            producer = await self.producers.get(copy_topic, self.own_topics.before(copy_topic))
             await self._wait_for_room(producer)
             await self._send_in_order(producer, body, copy_properties, outcome, delay_ms, stored)
         return True
