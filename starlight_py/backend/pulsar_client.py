@@ -484,6 +484,10 @@ class ConsumerHandle:
         # before the proxy takes it (backend/listened.py, `budget`).
         self.receiver_queue_size = 1
         self._resume_when_made = False
+        # While a listened consumer is being subscribed its listener may hand over messages
+        # already (a topic with a backlog), and the client may settle them before
+        # subscribe returns: what it asked is kept, in order, and done by `ready`.
+        self._early: list[tuple[bool, ReceivedMessage]] | None = None
         # ms its acknowledgements are grouped for (gateway/consume/batch_requeues.py waits as long)
         self.ack_grouping_ms = PULSAR_ACK_GROUPING_MS
         # Ungrouped, acknowledging a list per call (backend/list_acks.py): the gateway
@@ -498,7 +502,30 @@ class ConsumerHandle:
     def closed(self) -> bool:
         return self._closed
 
+    def _kept_early(self, ack: bool, messages: list[ReceivedMessage]) -> bool:
+        """Keep settlements asked before the consumer is ready (`ready` does them)."""
+        if self._early is None:
+            return False
+        with self._close_lock:
+            if self._early is None:
+                return False
+            self._early.extend((ack, m) for m in messages)
+            return True
+
+    def ready(self) -> None:
+        """The listened consumer is subscribed and can settle messages: do what was asked
+        meanwhile, in order."""
+        with self._close_lock:
+            early, self._early = self._early or [], None
+        for ack, message in early:
+            if ack:
+                self.acknowledge(message)
+            else:
+                self.negative_acknowledge(message)
+
     def acknowledge(self, message: ReceivedMessage) -> None:
+        if self._kept_early(True, [message]):
+            return
         if self._acknowledger is not None:
             self.acknowledge_all([message])
             return
@@ -511,6 +538,8 @@ class ConsumerHandle:
     def acknowledge_all(self, messages: list[ReceivedMessage]) -> None:
         """Acknowledge messages this consumer received (one release of the GIL for all of
         them on the compiled path)."""
+        if self._kept_early(True, messages):
+            return
         acknowledger = self._acknowledger
         if acknowledger is not None:
             try:
@@ -541,6 +570,8 @@ class ConsumerHandle:
             self.acknowledge_all(messages)
 
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
+        if self._kept_early(False, [message]):
+            return
         if self._listened_at:
             assert compiled.negative_acknowledge_listened is not None
             compiled.negative_acknowledge_listened(self._listened_at, message)
@@ -990,6 +1021,7 @@ class PulsarBackend:
         """`subscribe`, with the consumer's messages handed over by pulsar-client's listener
         thread to the process's reader (backend/listened.py)."""
         conf = self._shared_consumer_conf(consumer_name, size)
+        handle._early = []  # until `ready`: its messages may come before subscribe returns
         key = listened.READER.register(handle, listener)
         # Before the first message can come: its take refills the budget of this key.
         handle._listen_key = key
@@ -1031,6 +1063,7 @@ class PulsarBackend:
             if in_lists
             else ListenedAcknowledger(handle._listened_at)
         )
+        handle.ready()
         return handle
 
     def ack_only_consumer(

@@ -16,6 +16,7 @@ import pytest
 
 from starlight_py.amqp import compiled
 from starlight_py.backend import listened
+from starlight_py.backend import pulsar_client as pulsar_client_module
 from starlight_py.backend.pulsar_client import ConsumerHandle, PulsarBackend
 from starlight_py.local import ServiceEndpoints
 from starlight_py.model.namespaces import NamespaceName
@@ -173,6 +174,55 @@ def test_acknowledged_messages_are_settled_and_only_those(
     del messages
     left = _left_on(pulsar_client, topic, "s")
     assert sorted(int(x) for x in left) == [n for n in range(total) if n % 10 == 3]
+
+
+def test_messages_settled_before_subscribe_returns_are_settled_once_it_does(
+    backend: PulsarBackend, pulsar_client: pulsar.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer subscribing to a backlog (a binding topic made by its first message
+    before the queue's consumers attach) is handed messages while its subscribe is still
+    on its way; settling them then used to fail on the consumer not there yet. Every
+    message is settled as it arrives, the first in the listener's thread: all are
+    acknowledged but the negatively acknowledged one, which comes back once."""
+    topic = _topic()
+    backend.create_subscription(topic, "s")
+    total = 500
+    _send(pulsar_client, topic, [b"%d" % n for n in range(total)])
+    received = Received()
+    errors: list[BaseException] = []
+    subscribed = threading.Event()
+    early: list[int] = []  # batches handed over before subscribe returned
+
+    def settle(handle: ConsumerHandle, batch: list[object]) -> None:
+        try:
+            if not subscribed.is_set():
+                early.append(len(batch))
+            for message in batch:
+                if message.body == b"7" and message.redelivery_count == 0:  # type: ignore[attr-defined]
+                    handle.negative_acknowledge(message)  # type: ignore[arg-type]
+                else:
+                    handle.acknowledge(message)  # type: ignore[arg-type]
+        except BaseException as e:
+            errors.append(e)
+        received(handle, batch)
+
+    # The subscribing thread slowed down after the broker answered (a loaded proxy): the
+    # backlog is handed over meanwhile.
+    address_of = pulsar_client_module.checked_consumer_address
+
+    def slowly(raw: object) -> int:
+        time.sleep(1.0)
+        return address_of(raw)
+
+    monkeypatch.setattr(pulsar_client_module, "checked_consumer_address", slowly)
+    handle = backend.subscribe(topic, "s", "c", 1000, settle)
+    subscribed.set()
+    assert early  # what this test is about happened
+    messages = received.wait_for(total + 1)
+    assert errors == []
+    assert sorted(int(m.body) for m in messages) == sorted([*range(total), 7])  # type: ignore[attr-defined]
+    handle.close()
+    assert _left_on(pulsar_client, topic, "s") == []
 
 
 def test_a_negatively_acknowledged_message_comes_back_once_with_its_count(
