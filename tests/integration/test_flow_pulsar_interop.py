@@ -54,12 +54,9 @@ def test_amqp_publish_is_readable_by_a_pulsar_native_consumer(
     channel.queue_bind(queue, exchange, "orders.#")
     # A topic exchange writes each message to the own topic of every queue binding that
     # routes it, `<exchange>~~<queue>~~<id>` (docs/mapping.md): read them all by pattern.
-    native = pulsar_client.subscribe(
-        re.compile(f"persistent://public/default/{re.escape(exchange)}~~.*"),
-        "analytics",
-        consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Latest,
-    )
+    # Such a topic is made by the first message routed there: a pattern subscribed before
+    # finds it only at its next discovery (a minute by default), so this one subscribes
+    # once the message is confirmed, and reads each topic from its start.
     channel.basic_publish(
         exchange,
         "orders.created",
@@ -70,6 +67,12 @@ def test_amqp_publish_is_readable_by_a_pulsar_native_consumer(
             correlation_id="c-1",
             headers={"tenant": "acme", "attempt": 2},
         ),
+    )
+    native = pulsar_client.subscribe(
+        re.compile(f"persistent://public/default/{re.escape(exchange)}~~.*"),
+        "analytics",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
     )
     message = native.receive(timeout_millis=10000)
     native.acknowledge(message)

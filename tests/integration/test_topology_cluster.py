@@ -207,8 +207,17 @@ def test_znodes_are_what_docs_metadata_says(
     assert zookeeper.children(f"{vhost}/exchanges/{ex_segment}/bound") == [
         f"{q_segment}~~{ex_segment}"
     ]
+    # Neither topic nor subscription yet: the first message the binding routes makes them.
+    assert binding["made"] is False
+    assert subscriptions_on(admin, binding["binding_topic"]) == set()
+    with connect(proxy) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish(exchange, "", b"first", pika.BasicProperties(headers={"a": 1}))
+    made = record(f"{vhost}/queues/{q_segment}/bindings/{ex_segment}")
+    assert "made" not in made and {**made, "made": False} == binding
     # ...and the subscription it names exists in Pulsar, on that topic.
-    assert binding["subscription"] in subscriptions_on(admin, binding["binding_topic"])
+    assert subscriptions_on(admin, binding["binding_topic"]) == {binding["subscription"]}
     with connect(proxy) as connection:
         channel = connection.channel()
         channel.confirm_delivery()
