@@ -246,8 +246,8 @@ class TopologyCache:
             return [b for b in self._sets_by_queue.get((vhost, queue), {}).values() if b.made]
 
     def binding_topic_unmade(self, local: str) -> bool:
-        """Whether `local` is the topic of a binding set not made yet: a publish routed
-        there makes it first (topology/binding_topics.py). One set lookup."""
+        """Whether `local` is the topic of an active binding set not made yet: its first
+        message makes it (topology/binding_topics.py)."""
         return local in self._unmade_binding_topics
 
     def binding_topic_made(self, local: str) -> bool:

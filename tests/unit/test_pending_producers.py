@@ -119,6 +119,13 @@ class SlowBackend:
         return handle
 
 
+async def until_made(handle: ProducerHandle) -> None:
+    """Wait (at most 10 s) until the pool made the handle's producer, or gave up on it."""
+    with trio.fail_after(10):
+        while not handle.made:
+            await trio.sleep(0.01)
+
+
 async def started(nursery: trio.Nursery, pool: ProducerPool) -> None:
     nursery.start_soon(pool.close_idle_forever)
     while pool._nursery is None:
@@ -137,9 +144,7 @@ def test_the_pool_answers_at_once_and_makes_the_producer_meanwhile() -> None:
             assert await pool.get(TOPIC) is handle  # one per topic
             assert pool.peek(TOPIC) is handle
             handle.send(b"early", {})
-            with trio.fail_after(10):
-                while not handle.made:
-                    await trio.sleep(0.01)
+            await until_made(handle)
             assert bodies(backend.raw[0]) == [b"early"]
             assert len(backend.made) == 1
             nursery.cancel_scope.cancel()
@@ -157,9 +162,7 @@ def test_the_pool_forgets_a_producer_that_cannot_be_made() -> None:
             outcomes: list[bool] = []
             handle.send(b"lost?", {})
             handle.flush(lambda covered, ok, error: outcomes.append(ok))
-            with trio.fail_after(10):
-                while not handle.made:
-                    await trio.sleep(0.01)
+            await until_made(handle)
             assert outcomes == [False]  # nacked, not lost silently
             assert pool.peek(TOPIC) is None  # the next publish tries again
             nursery.cancel_scope.cancel()
@@ -203,9 +206,7 @@ def test_the_pool_does_what_comes_before_a_topic_s_first_producer() -> None:
             assert not handle.made  # neither waited for
             assert await pool.get(TOPIC, before) is handle  # asked once per producer
             handle.send(b"after", {})
-            with trio.fail_after(10):
-                while not handle.made:
-                    await trio.sleep(0.01)
+            await until_made(handle)
             assert asked == [0] and made_before == [0]  # before any producer was made
             assert bodies(backend.raw[0]) == [b"after"]
             nursery.cancel_scope.cancel()
@@ -227,9 +228,7 @@ def test_a_topic_that_takes_nothing_gets_no_producer() -> None:
             outcomes: list[bool] = []
             handle.send(b"to nobody", {})
             handle.flush(lambda covered, ok, error: outcomes.append(ok))
-            with trio.fail_after(10):
-                while not handle.made:
-                    await trio.sleep(0.01)
+            await until_made(handle)
             assert outcomes == [True] and backend.made == []
             assert pool.peek(TOPIC) is None
             nursery.cancel_scope.cancel()
@@ -253,9 +252,7 @@ def test_what_comes_before_failing_fails_what_was_sent() -> None:
             outcomes: list[bool] = []
             handle.send(b"lost?", {})
             handle.flush(lambda covered, ok, error: outcomes.append(ok))
-            with trio.fail_after(10):
-                while not handle.made:
-                    await trio.sleep(0.01)
+            await until_made(handle)
             assert outcomes == [False] and isinstance(handle.creation_error, BackendUnavailable)
             assert pool.peek(TOPIC) is None
             nursery.cancel_scope.cancel()
