@@ -165,7 +165,10 @@ class ProxyServices:
     async def refuse_missing_vhost(self, vhost: str) -> None:
         """Raises NotAllowed (530, "vhost ... not found") when connection.open of `vhost`
         would find no vhost to open: no record and, without amqpAutoCreateNamespaces, no
-        Pulsar namespace. Creates nothing."""
+        Pulsar namespace. Creates nothing. A vhost in the watched cache exists: no
+        ZooKeeper round trip (and none to wait for while ZooKeeper is away)."""
+        if self.cache.vhost(vhost) is not None:
+            return
         try:
             record = await trio.to_thread.run_sync(self.topology.get_vhost, vhost)
         except MetadataUnavailable:
@@ -178,8 +181,16 @@ class ProxyServices:
         mapping by starlight-admin, or one made by the rules earlier) wins; otherwise the
         rules decide and the vhost is created with its predeclared exchanges.
 
+        The watched cache answers first, so a connection to a known vhost costs no
+        ZooKeeper round trip and opens at once while ZooKeeper is away; only a vhost the
+        cache does not know (new, or the cache still loading) is read from ZooKeeper.
+
         Raises NotAllowed (530) for unusable vhosts, InternalError (541) when Pulsar or
         ZooKeeper cannot be asked."""
+        record = self.cache.vhost(vhost)
+        if record is not None:
+            await self.vhosts.check_namespace(vhost, record.namespace)
+            return record.namespace
         try:
             record = await trio.to_thread.run_sync(self.topology.get_vhost, vhost)
         except MetadataUnavailable as e:
