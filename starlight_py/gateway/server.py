@@ -143,6 +143,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
     # A deleted queue's Pulsar subscriptions go after delete-ok (topology/background_work.py).
     topology.after_reply = BackgroundWork("queue-deletes").submit
     cache = TopologyCache(zookeeper, paths)
+    topology.known_exchange = cache.exchange
     # Binding changes of topic and headers exchanges wait until every proxy routes by them.
     cache.on_routing_version(RoutingReports(zookeeper, paths, proxy_id).caught_up)
     barrier = RoutingBarrier(zookeeper, paths, proxy_id)

@@ -19,7 +19,8 @@ reaches the queue, from any connection; the proxies keep that promise across the
    version that does not report), logging which proxies it did not hear from.
 
 A proxy that is not registered (it lost its ZooKeeper session) is not waited for; its
-cache follows again with its new session.
+cache follows again with its new session. The registered proxies are known from a watch on
+the registry (no read per bind); the registry is read again only when the wait runs out.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from kazoo.exceptions import NoNodeError
 
 from starlight_py.metadata.records import Paths, segment
-from starlight_py.metadata.zookeeper import ZooKeeperClient
+from starlight_py.metadata.zookeeper import MetadataUnavailable, ZooKeeperClient
 
 log = logging.getLogger("starlight.metadata")
 
@@ -100,10 +101,37 @@ class RoutingBarrier:
         self._own = segment(proxy_id)
         self._wait = wait
         self._clock = clock
+        # The registry's names as its watch last told them; None until the watch is set.
+        self._registered: list[str] | None = None
+        self._watch_lock = threading.Lock()
 
     def others(self) -> list[str]:
-        """The other registered proxies (their registry znode names)."""
+        """The other registered proxies (their registry znode names), as the registry's
+        watch last told them: a bind or an unbind asks ZooKeeper nothing for them. Until the
+        watch is set (it is set by the first call), read from ZooKeeper."""
+        registered = self._registered
+        if registered is None:
+            self._watch_registry()
+            registered = self._registered
+        if registered is None:
+            return self._live_others()
+        return [p for p in registered if p != self._own]
+
+    def _live_others(self) -> list[str]:
         return [p for p in self._zk.children(self._paths.proxies) if p != self._own]
+
+    def _watch_registry(self) -> None:
+        with self._watch_lock:
+            if self._registered is not None:
+                return
+            try:
+                self._zk.watch_children(self._paths.proxies, self._heard_registry)
+            except MetadataUnavailable as e:
+                log.debug("routing barrier: cannot watch the proxy registry yet: %s", e)
+
+    def _heard_registry(self, children: list[str]) -> None:
+        """kazoo's event thread: the registry's names, at once and on every change."""
+        self._registered = list(children)
 
     def bump(self, vhost: str) -> int:
         """Step 1: the vhost's new routing version. Raises MetadataUnavailable."""
@@ -126,8 +154,9 @@ class RoutingBarrier:
             if not waiting:
                 return []
             if self._clock() >= deadline:
-                # Gone meanwhile (closed, session lost) counts as caught up.
-                live = set(self.others())
+                # Gone meanwhile (closed, session lost) counts as caught up: asked of
+                # ZooKeeper itself, not of the watch.
+                live = set(self._live_others())
                 late = sorted(waiting & live)
                 if late:
                     log.warning(

@@ -12,9 +12,11 @@ root (`addWatch`, mode PERSISTENT_RECURSIVE) and then:
 - reads the whole tree once (each znode's data and child list), after the watch is in
   place, so every later change produces an event;
 - for each event (a znode created, changed or deleted below the root: the server sends one
-  notification per change, with the znode's path, and no child-list events), reads that
-  one znode; the answer is applied: a znode not known before is added, one whose data or
-  version changed is updated, one no longer there (`NoNode`) is removed;
+  notification per change, with the znode's path and its kind, and no child-list events),
+  reads that one znode; the answer is applied: a znode not known before is added, one whose
+  data or version changed is updated, one no longer there (`NoNode`) is removed. A deletion
+  is applied without a read (there is nothing to read), in order with the answers: it goes
+  through kazoo's completion queue, behind every answer read before it;
 - after the connection comes back (persistent watches belong to a connection, and kazoo
   re-registers only its one-shot watches), adds the watch again and reads the whole tree
   again: znodes not seen by then are removed.
@@ -48,6 +50,9 @@ from kazoo.protocol.states import KazooState
 from kazoo.recipe.cache import NodeData, TreeCache, TreeEvent
 
 log = logging.getLogger("starlight.zookeeper")
+
+# ZooKeeper's Watcher.Event.EventType.NodeDeleted, as a watch event carries it.
+NODE_DELETED = 2
 
 RETRY_PAUSE = 1.0  # s before a full read that failed while connected is made again
 
@@ -87,8 +92,9 @@ class _EventTap:
         def read_watch_event(buffer: bytes, offset: int) -> Any:
             watch, _ = Watch.deserialize(buffer, offset)
             path = client.unchroot(watch.path)
+            deleted = watch.type == NODE_DELETED
             for tree in self._trees:
-                tree.heard(path)
+                tree.heard(path, deleted)
             return original(buffer, offset)
 
         connection._read_watch_event = read_watch_event
@@ -185,12 +191,23 @@ class WatchedTree:
 
     # ---- other threads ----------------------------------------------------------------------
 
-    def heard(self, path: str) -> None:
-        """kazoo's connection thread: a watch event for `path`."""
+    def heard(self, path: str, deleted: bool = False) -> None:
+        """kazoo's connection thread: a watch event for `path` (`deleted`: the znode is
+        gone, so there is nothing to read)."""
         if self._closed or self._fallback is not None:
             return
         if path == self._root or path.startswith(self._below):
-            self._tasks.put(partial(self._read, path, 0))
+            if not deleted:
+                self._tasks.put(partial(self._read, path, 0))
+                return
+            handler = self._client.handler
+            if not handler.running:
+                return
+            # Behind the answers read before this event: kazoo hands every answer to its
+            # completion queue as it reads it, in the order ZooKeeper sent them. Put
+            # directly, the removal could overtake an answer read before the deletion and
+            # that answer would bring the znode back.
+            handler.completion_queue.put(partial(self._tasks.put, partial(self._removed, path)))
 
     def _on_state(self, state: str) -> bool:
         """kazoo's connection thread: the session's state changed."""
@@ -281,6 +298,14 @@ class WatchedTree:
         # reads the whole tree again.
         if sync == self._sync:
             self._walked()
+
+    def _removed(self, path: str) -> None:
+        """A deletion event, in order with the answers (see `heard`)."""
+        if self._closed or self._fallback is not None:
+            return
+        gone = self._nodes.pop(path, None)
+        if gone is not None:
+            self._tell(TreeEvent.make(TreeEvent.NODE_REMOVED, gone))
 
     def _walked(self) -> None:
         """One read of the current full read is answered."""

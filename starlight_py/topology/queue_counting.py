@@ -76,11 +76,13 @@ class QueueCounting:
         namespace: NamespaceName,
         name: str,
         known: tuple[Queue | None, list[tuple[BindingSet, int]]] | None = None,
+        consumers: int | None = None,
     ) -> tuple[QueueCounts, QueueFlow]:
         """`queue_counts`, and how messages flow through the queue (from the same stats
-        calls). `known`: the queue and its `binding_sets` as just read (not read again).
-        Raises as `queue_depth`."""
-        consumers = self.consumer_count(vhost, name)
+        calls). `known`: the queue and its `binding_sets` as just read (not read again);
+        `consumers`: its consumer count as just read. Raises as `queue_depth`."""
+        if consumers is None:
+            consumers = self.consumer_count(vhost, name)
         if known is None:
             found = self._get_queue(vhost, name)
             queue = None if found is None else found[0]

@@ -157,6 +157,9 @@ class TopologyService:
         # Runs the Pulsar side of a queue deletion (see background_work.py): at once in the
         # admin tool, after delete-ok in the proxy.
         self.after_reply: Callable[[Callable[[], object]], None] = at_once
+        # An exchange as a watched copy knows it (the proxy's topology cache), or None: a
+        # queue deletion reads an exchange from ZooKeeper only if it may be auto-delete.
+        self.known_exchange: Callable[[str, str], Exchange | None] = lambda _vhost, _name: None
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -359,16 +362,20 @@ class TopologyService:
                 if found_set is None:
                     raise _Retry
                 binding_set, set_version = found_set
-                end = self.admin.last_message_id(self._topic(vhost, binding_set.subscription_topic))
-                retired.append(self._retire(binding_set, end, drain=True))
                 ops += [
                     Delete(set_path, set_version),
                     Delete(f"{self.paths.exchange_bound(vhost, name)}/{child}"),
+                ]
+                if not binding_set.made:
+                    continue  # nothing in Pulsar: nothing to retire (as in _delete_queue)
+                end = self.admin.last_message_id(self._topic(vhost, binding_set.subscription_topic))
+                retired.append(self._retire(binding_set, end, drain=True))
+                ops.append(
                     Create(
                         self.paths.retired_subscription(vhost, binding_set.subscription),
                         encode(retired[-1]),
-                    ),
-                ]
+                    )
+                )
             # It goes with its exchange-to-exchange bindings, as source and as destination.
             ops += self.exchange_bindings.exchange_delete_ops(vhost, name, version)
             # Auto-delete exchanges whose last binding led here go too (RabbitMQ).
@@ -586,14 +593,19 @@ class TopologyService:
                 return 0 if still_abandoned is None else None
             queue, version = found
             self._check_owner(vhost, queue, owner, QUEUE_DELETE)
-            extra_ops = self._queue_children_ops(vhost, name, still_abandoned is None)
-            if extra_ops is None or (still_abandoned is not None and not still_abandoned(queue)):
+            children = self._queue_children_ops(vhost, name, still_abandoned is None)
+            if children is None or (still_abandoned is not None and not still_abandoned(queue)):
                 return None  # in use again
+            extra_ops, consumer_count = children
             # Read once: the counts and the transaction below work from the same records.
             sets = self._active_sets(vhost, name)
             draining = self.draining(vhost, name)
             counts = self.counts.queue_overview(
-                vhost, namespace, name, (queue, self._with_draining(sets, draining))
+                vhost,
+                namespace,
+                name,
+                (queue, self._with_draining(sets, draining)),
+                consumer_count,
             )[0]
             if if_unused and counts.consumer_count:
                 raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use", QUEUE_DELETE)
@@ -615,6 +627,11 @@ class TopologyService:
                             )
                         )
                     )
+                if not binding_set.made:
+                    # Nothing in Pulsar to delete, so no record of it: a first message
+                    # making its topic meanwhile finds the set gone and deletes what it
+                    # made (topology/binding_topics.py).
+                    continue
                 retired.append(self._retire(binding_set, None, drain=False))
                 ops.append(
                     Create(
@@ -657,12 +674,16 @@ class TopologyService:
 
         return _retrying(attempt)
 
-    def _queue_children_ops(self, vhost: str, name: str, with_consumers: bool) -> list[Op] | None:
-        """Deletes of a queue's znodes besides its bindings (consumers, owner, marks). With
-        `with_consumers` False, None when AMQP consumers are registered; otherwise their
-        znodes are left out, so a consumer registering meanwhile fails the transaction."""
+    def _queue_children_ops(
+        self, vhost: str, name: str, with_consumers: bool
+    ) -> tuple[list[Op], int] | None:
+        """Deletes of a queue's znodes besides its bindings (consumers, owner, marks), and
+        the number of its AMQP consumers. With `with_consumers` False, None when AMQP
+        consumers are registered; otherwise their znodes are left out, so a consumer
+        registering meanwhile fails the transaction."""
         ops: list[Op] = []
         base = self.paths.queue(vhost, name)
+        consumer_count = 0
         for child in self.zk.children(base):
             if child == "bindings":
                 continue
@@ -671,8 +692,10 @@ class TopologyService:
                 if consumers and not with_consumers:
                     return None
                 ops += [Delete(f"{base}/{child}/{c}") for c in consumers]
+                if child == "consumers":
+                    consumer_count = len(consumers)
             ops.append(Delete(f"{base}/{child}"))
-        return ops
+        return ops, consumer_count
 
     # ---- queue lifecycle: consumers, ownership, use ------------------------------------------
 
@@ -927,18 +950,21 @@ class TopologyService:
                     [SetData(set_path, encode(binding_set.with_entries(entries)), set_version)]
                 )
                 return
-            record = self._retire(binding_set, end, drain=True)
-            retired_now.append(record)
             ops: list[Op] = [
                 Delete(set_path, set_version),
                 Delete(
                     self.paths.exchange_bound_entry(vhost, exchange.name, queue_name, topic.local)
                 ),
-                Create(
-                    self.paths.retired_subscription(vhost, binding_set.subscription),
-                    encode(record),
-                ),
             ]
+            if binding_set.made:  # else nothing in Pulsar to retire (as in _delete_queue)
+                record = self._retire(binding_set, end, drain=True)
+                retired_now.append(record)
+                ops.append(
+                    Create(
+                        self.paths.retired_subscription(vhost, binding_set.subscription),
+                        encode(record),
+                    )
+                )
             ops += self._auto_delete_ops(vhost, [binding_set], removing_queue=queue_name)
             self._commit_or_retry(ops)
 
@@ -958,6 +984,10 @@ class TopologyService:
         ops: list[Op] = []
         gone: set[str] = set()
         for exchange_name in {b.exchange for b in removed if b.exchange != DEFAULT_EXCHANGE}:
+            cached = self.known_exchange(vhost, exchange_name)
+            if cached is not None and not cached.auto_delete:
+                # An exchange's auto-delete flag is fixed at its declaration.
+                continue
             found = self.get_exchange(vhost, exchange_name)
             if found is None or not found[0].auto_delete:
                 continue

@@ -263,3 +263,35 @@ def test_an_unbind_while_the_first_message_makes_the_topic_leaves_no_topic_behin
             channel.queue_delete(queue)
             channel.exchange_delete(exchange)
             zk.stop()
+
+
+def test_a_queue_deleted_while_the_first_message_makes_its_topic_leaves_nothing_behind(
+    start_proxy: ProxyFactory, services: ServiceEndpoints
+) -> None:
+    root = f"/bf-{uuid.uuid4().hex[:8]}"
+    proxy = start_proxy(starlightMetadataRoot=root)
+    exchange, queue = (f"bf-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("x", "q"))
+    admin = PulsarAdmin(services.pulsar_web_url)
+    zk = ZooKeeperClient(services.zookeeper)
+    zk.start()
+    paths = Paths(root)
+    set_topic = naming.exchange_topic(NAMESPACE, exchange, "topic", "").local
+    try:
+        with pika.BlockingConnection(pika.URLParameters(proxy.amqp_url())) as connection:
+            channel = connection.channel()
+            channel.exchange_declare(exchange, "topic")
+            channel.queue_declare(queue)
+            channel.queue_bind(queue, exchange, "d.*")
+            # A never-used binding owns nothing in Pulsar: deleting its queue retires no
+            # subscription (no record for the cleaner), and the first message making the
+            # topic meanwhile deletes what it made.
+            maker = UnbindingMaker(admin, lambda: channel.queue_delete(queue))
+            made = make_binding_topic(zk, paths, maker, admin, "/", NAMESPACE, queue, set_topic)
+            assert made is None
+            assert len(maker.made) == 1
+            assert binding_topics(admin, exchange) == []
+            assert zk.children(paths.retired("/")) == []
+            assert zk.get(paths.queue("/", queue)) is None
+            channel.exchange_delete(exchange)
+    finally:
+        zk.stop()

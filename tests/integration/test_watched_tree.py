@@ -187,6 +187,87 @@ def test_a_growing_parent_is_never_listed_again(
         tree.close()
 
 
+def test_deletions_cost_no_read_and_never_overtake_an_earlier_answer(
+    writer: KazooClient, watcher: KazooClient, root: str
+) -> None:
+    """A deleted znode is removed without reading it, in order with the answers of the
+    reads before it: znodes created, changed, deleted and made again in quick succession
+    end as ZooKeeper holds them, never brought back by a late answer."""
+    tree, mirror = started(watcher, root)
+    read: list[str] = []
+    get = watcher.get_async
+
+    def counting_get(path: str, *args: Any, **kwargs: Any) -> Any:
+        read.append(path)
+        return get(path, *args, **kwargs)
+
+    watcher.get_async = counting_get  # type: ignore[method-assign]
+    try:
+        for i in range(100):
+            writer.create(f"{root}/gone{i}", b"x")
+        wait_for(lambda: len(mirror.snapshot()) == 101, "100 children mirrored")
+        reads_of_creations = len(read)
+        for i in range(100):
+            writer.delete(f"{root}/gone{i}")
+        wait_for(lambda: len(mirror.snapshot()) == 1, "100 deletions mirrored")
+        assert len(read) == reads_of_creations  # no read for a deletion
+        assert tree.reads_in_flight() == 0
+
+        # Churn: each znode is made, changed and deleted, most made again; writes go out
+        # without waiting, so events and answers interleave.
+        pending = []
+        for i in range(300):
+            path = f"{root}/churn{i % 20}"
+            pending.append(writer.create_async(path, b"a"))
+            pending.append(writer.set_async(path, f"b{i}".encode()))
+            pending.append(writer.delete_async(path))
+            if i % 3:
+                pending.append(writer.create_async(path, f"c{i}".encode()))
+        for result in pending:
+            result.wait(WAIT)  # some fail (NoNode, NodeExists): part of the churn
+        wait_for(lambda: mirror.snapshot() == actual(writer, root), "the churn mirrored")
+    finally:
+        tree.close()
+
+
+def test_a_deletion_waits_behind_an_answer_read_before_it(
+    writer: KazooClient, watcher: KazooClient, root: str
+) -> None:
+    """The race the ordering exists for, made certain: the answer to the read of a new
+    znode is held in kazoo's completion queue while the znode is deleted; once released,
+    the answer and then the deletion apply, and the znode is not brought back."""
+    tree, mirror = started(watcher, root)
+    reads: list[Any] = []
+    get = watcher.get_async
+
+    def recording_get(path: str, *args: Any, **kwargs: Any) -> Any:
+        result = get(path, *args, **kwargs)
+        reads.append(result)
+        return result
+
+    watcher.get_async = recording_get  # type: ignore[method-assign]
+    stall = threading.Event()
+    watcher.handler.completion_queue.put(lambda: stall.wait(WAIT))
+    path = f"{root}/brief"
+    try:
+        writer.create(path, b"x")
+        wait_for(lambda: bool(reads) and reads[-1].ready(), "the new znode read and answered")
+        writer.delete(path)
+        watcher.exists(root)  # answered after the deletion's event: the event was read
+        stall.set()
+        wait_for(lambda: tree.reads_in_flight() == 0, "the answer applied")
+        watcher.sync(root)
+        time.sleep(0.2)
+        assert path not in mirror.snapshot()
+        assert mirror.events[-2:] == [
+            (TreeEvent.NODE_ADDED, path),
+            (TreeEvent.NODE_REMOVED, path),
+        ]
+    finally:
+        stall.set()
+        tree.close()
+
+
 def test_a_closed_tree_tells_nothing_more(
     writer: KazooClient, watcher: KazooClient, root: str
 ) -> None:
