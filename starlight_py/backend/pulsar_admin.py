@@ -584,6 +584,30 @@ class PulsarAdmin:
             raise
         return True
 
+    def drop_subscription(
+        self, topic: TopicName, subscription: str, owns_topic: bool, force: bool = False
+    ) -> None:
+        """Delete a retired subscription, and with `owns_topic` its topic too (a binding's
+        own topic, which nothing else reads). Not forced, the topic goes first: Pulsar
+        deletes a topic's subscriptions with it when no client is attached, so the usual
+        case is one request. A topic a producer still holds is refused (412); its
+        subscription is deleted then, and the 412 raised, for the topic to be tried again
+        later. A forced subscription deletion disconnects its consumers; the topic is never
+        forced (a producer on it would make it again). Raises PulsarAdminError (412: clients
+        attached) or BackendUnavailable."""
+        if owns_topic and not force:
+            try:
+                self.delete_topic(topic, force=False)
+                return
+            except PulsarAdminError as e:
+                if e.status != 412:
+                    raise
+                self.delete_subscription(topic, subscription, force=False)
+                raise
+        self.delete_subscription(topic, subscription, force=force)
+        if owns_topic:
+            self.delete_topic(topic, force=False)
+
     def last_message_id(self, topic: TopicName) -> MessageIdRecord | None:
         """The id of the last message written to the topic; None when it has none yet or
         does not exist.

@@ -201,12 +201,10 @@ class SubscriptionCleaner:
         refused_at = self._refused.get(key)
         force = refused_at is not None and time.monotonic() - refused_at >= self.grace
         try:
-            self.admin.delete_subscription(topic, record.subscription, force=force)
-            if record.owns_topic:
-                # A binding's own topic has no other reader. Never by force: a producer
-                # still on it would make it again; proxies close their producers of
-                # retired binding topics within seconds (ProducerPool.retired).
-                self.admin.delete_topic(topic, force=False)
+            # A binding's own topic has no other reader: it goes too, never by force (a
+            # producer still on it would make it again; proxies close their producers of
+            # retired binding topics within seconds: ProducerPool.retired).
+            self.admin.drop_subscription(topic, record.subscription, record.owns_topic, force)
         except PulsarAdminError as e:
             if e.status != 412:
                 raise

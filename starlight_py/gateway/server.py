@@ -159,6 +159,7 @@ def build_services(config: StarlightConfig) -> ProxyServices:
         else None
     )
     producers = ProducerPool(backend, config.producer_idle_timeout, cache.retired_binding_topic)
+    topology.release_producers = producers.release
     permissions = PermissionCache(zookeeper, paths) if config.authentication_enabled else None
     services = ProxyServices(
         config,

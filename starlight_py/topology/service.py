@@ -160,6 +160,9 @@ class TopologyService:
         # An exchange as a watched copy knows it (the proxy's topology cache), or None: a
         # queue deletion reads an exchange from ZooKeeper only if it may be auto-delete.
         self.known_exchange: Callable[[str, str], Exchange | None] = lambda _vhost, _name: None
+        # Blocking, from a worker thread: close this process's producer of a retired
+        # binding topic about to be deleted (the gateway's ProducerPool.release).
+        self.release_producers: Callable[[naming.TopicName], None] = lambda _topic: None
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -758,11 +761,12 @@ class TopologyService:
                 return
             # Not forced: a consumer still attached would reconnect and make the
             # subscription again. Consumers let go when they see the record; the
-            # SubscriptionCleaner deletes what is refused here.
-            self.admin.delete_subscription(topic, record.subscription, force=False)
+            # SubscriptionCleaner deletes what is refused here. Nothing else reads a
+            # binding's own topic: it goes with its subscription, once this process's
+            # producer of it is closed (others close theirs when they see the record).
             if record.owns_topic:
-                # Nothing else reads a binding's own topic: it goes with its subscription.
-                self.admin.delete_topic(topic, force=False)
+                self.release_producers(topic)
+            self.admin.drop_subscription(topic, record.subscription, record.owns_topic)
             self.zk.delete(self.paths.retired_subscription(vhost, record.subscription))
         except Exception as e:
             log.debug(

@@ -194,6 +194,68 @@ def test_delete_topic_true_then_false(admin: PulsarAdmin, client: pulsar.Client)
     assert admin.subscription_stats(topic) == {}
 
 
+def test_dropping_an_owned_topic_without_clients_takes_it_and_its_backlog(
+    admin: PulsarAdmin, client: pulsar.Client
+) -> None:
+    topic = fanout_topic()
+    admin.create_subscription(topic, "sub")
+    send(client, topic, b"x", b"y")
+    admin.drop_subscription(topic, "sub", owns_topic=True)
+    assert admin.subscription_stats(topic) == {}
+    assert admin.create_topic(topic)  # it was gone: made anew
+    assert admin.subscription_stats(topic) == {}
+    admin.drop_subscription(topic, "sub", owns_topic=True)  # missing subscription: no error
+
+
+def test_dropping_an_owned_topic_a_producer_holds_takes_the_subscription_and_refuses(
+    admin: PulsarAdmin, client: pulsar.Client
+) -> None:
+    topic = fanout_topic()
+    admin.create_subscription(topic, "sub")
+    admin.create_subscription(topic, "other")
+    producer = client.create_producer(str(topic), batching_enabled=False)
+    try:
+        producer.send(b"x")
+        with pytest.raises(PulsarAdminError) as raised:
+            admin.drop_subscription(topic, "sub", owns_topic=True)
+        assert raised.value.status == 412
+        assert set(admin.subscription_stats(topic)) == {"other"}  # the topic stays
+    finally:
+        producer.close()
+    admin.drop_subscription(topic, "sub", owns_topic=True)  # tried again: the topic goes
+    assert admin.subscription_stats(topic) == {}
+    assert admin.delete_topic(topic) is False
+
+
+def test_dropping_a_shared_topics_subscription_leaves_the_topic(
+    admin: PulsarAdmin, client: pulsar.Client
+) -> None:
+    topic = fanout_topic()
+    admin.create_subscription(topic, "sub")
+    admin.create_subscription(topic, "other")
+    send(client, topic, b"x")
+    admin.drop_subscription(topic, "sub", owns_topic=False)
+    assert set(admin.subscription_stats(topic)) == {"other"}
+    assert admin.subscription_stats(topic)["other"].backlog == 1
+
+
+def test_a_forced_drop_disconnects_consumers_then_takes_the_owned_topic(
+    admin: PulsarAdmin, client: pulsar.Client
+) -> None:
+    topic = fanout_topic()
+    admin.create_subscription(topic, "sub")
+    consumer = client.subscribe(str(topic), "sub", consumer_type=pulsar.ConsumerType.Shared)
+    try:
+        with pytest.raises(PulsarAdminError) as raised:
+            admin.drop_subscription(topic, "sub", owns_topic=True)
+        assert raised.value.status == 412
+        admin.drop_subscription(topic, "sub", owns_topic=True, force=True)
+        assert admin.subscription_stats(topic) == {}
+        assert admin.delete_topic(topic) is False
+    finally:
+        consumer.close()
+
+
 def test_create_topic_true_then_false(admin: PulsarAdmin) -> None:
     topic = fanout_topic()
     assert admin.create_topic(topic)

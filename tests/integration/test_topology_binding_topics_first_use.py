@@ -295,3 +295,39 @@ def test_a_queue_deleted_while_the_first_message_makes_its_topic_leaves_nothing_
             channel.exchange_delete(exchange)
     finally:
         zk.stop()
+
+
+def test_a_deleted_queue_takes_its_used_binding_topic_along_without_the_cleaner(
+    start_proxy: ProxyFactory, services: ServiceEndpoints
+) -> None:
+    """The publishing proxy holds a producer of the binding topic: the deleting proxy
+    closes it, then one request deletes the topic with its subscription; nothing is left
+    for the cleaner (disabled here)."""
+    root = f"/bf-{uuid.uuid4().hex[:8]}"
+    proxy = start_proxy(starlightMetadataRoot=root, subscriptionCleanerEnabled="false")
+    exchange, queue = (f"bf-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("x", "q"))
+    admin = PulsarAdmin(services.pulsar_web_url)
+    zk = ZooKeeperClient(services.zookeeper)
+    zk.start()
+    paths = Paths(root)
+    try:
+        with pika.BlockingConnection(pika.URLParameters(proxy.amqp_url())) as connection:
+            channel = confirming(connection)
+            channel.exchange_declare(exchange, "topic")
+            channel.queue_declare(queue)
+            channel.queue_bind(queue, exchange, "d.*")
+            for n in range(3):
+                channel.basic_publish(exchange, "d.x", f"m{n}".encode())
+            assert message_count(channel, queue, 3) == 3
+            assert len(binding_topics(admin, exchange)) == 1
+            assert channel.queue_delete(queue).method.message_count == 3
+            deadline = time.monotonic() + WAIT
+            while binding_topics(admin, exchange) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert binding_topics(admin, exchange) == []
+            while zk.children(paths.retired("/")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert zk.children(paths.retired("/")) == []
+            channel.exchange_delete(exchange)
+    finally:
+        zk.stop()

@@ -15,6 +15,9 @@ from starlight_py.topology.errors import TopologyConflict
 
 log = logging.getLogger("starlight.publish")
 
+# How long `release` waits for the topology cache to see a deletion just committed.
+RELEASE_WAIT = 2.0
+
 # Done before a topic's first producer is made; False: the topic takes nothing.
 Before = Callable[[], Awaitable[bool]]
 
@@ -55,6 +58,7 @@ class ProducerPool:
         self._producers: dict[str, ProducerHandle] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None  # makes producers; None: `get` waits
+        self._token: trio.lowlevel.TrioToken | None = None  # while close_idle_forever runs
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -163,6 +167,7 @@ class ProducerPool:
         while this runs, make new producers without holding up their first publish."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self._token = trio.lowlevel.current_trio_token()
             try:
                 while True:
                     await trio.sleep(min(10.0, self.idle_timeout / 10))
@@ -173,6 +178,36 @@ class ProducerPool:
                             await trio.to_thread.run_sync(producer.close)
             finally:
                 self._nursery = None
+                self._token = None
+
+    def release(self, topic: naming.TopicName) -> None:
+        """Blocking, from a thread other than trio's: close this process's producer of
+        `topic` now, once the topology cache sees the topic retired (at most
+        RELEASE_WAIT seconds) and if no send is in flight, so that the topic can be
+        deleted at once; otherwise `close_idle_forever` closes it later."""
+        token = self._token
+        if token is None or str(topic) not in self._producers:
+            return
+        try:
+            producer = trio.from_thread.run(self._take_retired, topic, trio_token=token)
+        except trio.RunFinishedError:
+            return
+        if producer is not None:
+            producer.close()
+
+    async def _take_retired(self, topic: naming.TopicName) -> ProducerHandle | None:
+        # The deletion that retires the topic was committed a moment ago: its watch
+        # event reaches the cache within milliseconds.
+        with trio.move_on_after(RELEASE_WAIT):
+            while not self.retired(topic):
+                await trio.sleep(0.005)
+        key = str(topic)
+        producer = self._producers.get(key)
+        if producer is None or not producer.idle or not self.retired(topic):
+            return None
+        del self._producers[key]
+        producer.retired = True  # routes planned through it are planned again
+        return producer
 
     def flush_all(self) -> None:
         """Blocking: wait until every publish handed to Pulsar so far is written. An unbind
