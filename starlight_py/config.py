@@ -338,6 +338,17 @@ class StarlightConfig:
             "ms",
         ),
     )
+    quiet_after: float = field(
+        default=10 * SECONDS,
+        metadata=_key(
+            "amqpQuietConnectionAfterMillis",
+            "Time a plain TCP connection exchanges nothing but heartbeats before its socket "
+            "is read together with the other quiet ones, a few dozen times a second (the "
+            "first frame after such a spell waits up to 25 ms); 0: every connection reads "
+            "its own socket.",
+            "ms",
+        ),
+    )
     max_connections: int = field(
         default=0,
         metadata=_key(
@@ -625,6 +636,7 @@ _SINGLE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("producer_max_pending", lambda v: v >= 1, "must be positive"),
     ("max_message_size", lambda v: v >= 1, "must be positive"),
     ("handshake_timeout", lambda v: v > 0, "must be positive"),
+    ("quiet_after", lambda v: v >= 0, "must not be negative"),
     ("producer_batch_max_messages", lambda v: v >= 1, "must be positive"),
     ("producer_idle_timeout", lambda v: v > 0, "must be positive"),
     ("max_connections", lambda v: v >= 0, "must not be negative (0: no limit)"),

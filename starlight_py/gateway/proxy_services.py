@@ -24,6 +24,7 @@ from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.connection.client_connection import ClientConnection
 from starlight_py.gateway.connection.connection_limits import ConnectionLimits
 from starlight_py.gateway.connection.connection_timers import ConnectionTimers
+from starlight_py.gateway.connection.quiet_sockets import QuietSockets
 from starlight_py.gateway.connection.vhosts import VhostResolver
 from starlight_py.gateway.consume.held_messages import HeldMessages, settling_time
 from starlight_py.gateway.consume.requeued import RequeuedPositions
@@ -84,9 +85,12 @@ class ProxyServices:
     pre_acks: PreAcks | None = None  # drops messages from queues they were not routed to
     management_url: str = ""  # where the management API listens, once it does
     timers: ConnectionTimers = field(default_factory=ConnectionTimers)
+    quiet: QuietSockets | None = None  # made from config.quiet_after
     report_changes: int = 0  # see ConnectionServices
 
     def __post_init__(self) -> None:
+        if self.quiet is None and self.config.quiet_after > 0:
+            self.quiet = QuietSockets(self.config.quiet_after)
         if self.lengths is None:
             self.lengths = QueueLengths(self.topology, self.producers)
         self.topology_methods.trimmed = self.lengths.trimmed

@@ -319,7 +319,16 @@ def live_counts(services: ProxyServices) -> LiveCounts:
         if c.vhost is not None:
             seen = by_vhost.get(c.vhost.vhost, (0, 0))
             by_vhost[c.vhost.vhost] = (seen[0] + 1, seen[1] + len(c.channels))
-    return LiveCounts(len(connections), channels, consumers, len(services.producers), by_vhost)
+    quiet = services.quiet
+    return LiveCounts(
+        len(connections),
+        channels,
+        consumers,
+        len(services.producers),
+        by_vhost,
+        quiet_connections=len(quiet) if quiet is not None else 0,
+        quiet_heartbeats=quiet.heartbeats if quiet is not None else 0,
+    )
 
 
 def close_connection(services: ProxyServices, name: str, reason: str) -> bool:
@@ -668,6 +677,8 @@ def _start_duties(
     assert services.pre_acks is not None
     nursery.start_soon(take_from_pulsar_threads)
     nursery.start_soon(services.timers.run)
+    if services.quiet is not None:
+        nursery.start_soon(services.quiet.run)
     nursery.start_soon(services.producers.close_idle_forever)
     nursery.start_soon(services.reaper.run)
     nursery.start_soon(services.held.publish_forever)

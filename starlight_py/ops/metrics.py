@@ -25,6 +25,10 @@ class LiveCounts:
     producers: int = 0  # Pulsar producers open (one per topic published to lately)
     # vhost -> (connections, channels) of connections that opened one
     by_vhost: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Connections whose socket is read with the other quiet ones, and the heartbeats read
+    # so (gateway/connection/quiet_sockets.py).
+    quiet_connections: int = 0
+    quiet_heartbeats: int = 0
 
 
 class _LiveState(Collector):
@@ -69,6 +73,17 @@ class _LiveState(Collector):
             "Pulsar producers open: one per topic published to within "
             "pulsarProducerIdleTimeoutMillis.",
             value=counts.producers,
+        )
+        yield GaugeMetricFamily(
+            "starlight_quiet_connections",
+            "Connections that exchanged nothing but heartbeats for "
+            "amqpQuietConnectionAfterMillis: their sockets are read together.",
+            value=counts.quiet_connections,
+        )
+        yield CounterMetricFamily(
+            "starlight_quiet_heartbeats",
+            "Client heartbeats read with the quiet connections' sockets.",
+            value=counts.quiet_heartbeats,
         )
         last = self._cache_last_change()
         yield GaugeMetricFamily(

@@ -46,6 +46,7 @@ from starlight_py.core.channel import MAX_OUTPUT_BACKLOG, Channel, Tally, Transa
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.connection.authorization import AccessControl
 from starlight_py.gateway.connection.connection_services import ConnectionServices
+from starlight_py.gateway.connection.quiet_sockets import only_heartbeats
 from starlight_py.gateway.consume.consuming import Consumers
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.errors import as_amqp_error
@@ -70,6 +71,9 @@ CLOSE_OK_TIMEOUT = 3 * SECONDS
 EXCLUSIVE_RELEASE_WAIT = 2 * SECONDS
 LINGER_AFTER_CLOSE = 1 * SECONDS
 RECEIVE_SIZE = 64 * 1024
+# s since the last frame other than a heartbeat before a read may end in parking the socket
+# with the quiet ones (quiet_sockets.py)
+QUIET_CHECK_AFTER = 1.0
 # Output waiting while the client does not read what we already sent: past this, we stop
 # reading its input too (a client publishing with confirms but never reading would
 # otherwise grow our buffers without end).
@@ -94,6 +98,7 @@ class ClientConnection:
         "_handling_input",
         "_handshake_deadline",
         "_input_gate",
+        "_last_active",
         "_last_received",
         "_last_sent",
         "_log",
@@ -171,6 +176,10 @@ class ClientConnection:
         self._backlog = b""  # taken from the connection, not written yet (the writer's)
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
+        # The last frame other than a heartbeat, either way: some time later, a plain TCP
+        # connection's socket is read with the other quiet ones (quiet_sockets.py), after
+        # the services' `quiet.quiet_after`.
+        self._last_active = trio.current_time()
         self._handshake_deadline = trio.current_time() + services.config.handshake_timeout
         self._close_deadline: float | None = None
         self._timed = False  # while the process's timers keep its deadlines (`on_timer`)
@@ -273,6 +282,8 @@ class ClientConnection:
                 scope.cancel()
                 return
             self._last_received = trio.current_time()
+            if not only_heartbeats(data):
+                self._last_active = self._last_received
             while self.conn.pending_output > MAX_PENDING_OUTPUT and not self.conn.closed:
                 self._output_taken = trio.Event()
                 await self._output_taken.wait()
@@ -307,9 +318,25 @@ class ClientConnection:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return b""
         while True:
-            try:
-                await trio.lowlevel.wait_readable(fd)
-            except trio.ClosedResourceError:
+            quiet = self.services.quiet
+            # Only a wait that follows a spell without activity gets a deadline (none for
+            # the reads of a busy connection): one that goes quiet parks after the first
+            # heartbeat it gets once `quiet_after` has passed.
+            if (
+                quiet is not None
+                and self.conn.is_open
+                and trio.current_time() - self._last_active > QUIET_CHECK_AFTER
+            ):
+                with trio.move_on_at(self._last_active + quiet.quiet_after) as waiting:
+                    if not await self._readable(fd):
+                        return b""
+                if waiting.cancelled_caught:
+                    # Nothing but heartbeats for a while: read with the other quiet ones.
+                    parked = await quiet.wait(fd, self._heard)
+                    if parked is None:
+                        continue  # woken by output: read directly again
+                    return parked
+            elif not await self._readable(fd):
                 return b""
             try:
                 return os.read(fd, RECEIVE_SIZE)
@@ -317,6 +344,18 @@ class ClientConnection:
                 continue  # woken with nothing to read (the readiness was stale)
             except OSError:
                 return b""  # reset by the peer: the same end as a close
+
+    @staticmethod
+    async def _readable(fd: int) -> bool:
+        try:
+            await trio.lowlevel.wait_readable(fd)
+        except trio.ClosedResourceError:
+            return False
+        return True
+
+    def _heard(self) -> None:
+        """A heartbeat read with the quiet sockets."""
+        self._last_received = trio.current_time()
 
     async def _handle(self, event: ev.Event) -> None:
         channel = getattr(event, "channel", 0)
@@ -666,11 +705,16 @@ class ClientConnection:
         conn = self.conn
         if conn.closed:
             self._wakeup.set()
+            if self.services.quiet is not None:
+                self.services.quiet.wake(self._direct_fd)
             return
         if not conn.pending_output:
             return
         if reported:
             self.services.report_changes += 1
+            self._last_active = trio.current_time()
+            if self.services.quiet is not None:
+                self.services.quiet.wake(self._direct_fd)
         if conn.state is ConnectionState.CLOSING and self._close_deadline is None:
             self._wake_timers()  # it starts counting the wait for close-ok
         fd = self._direct_fd

@@ -12,6 +12,7 @@ from starlight_py.auth.authenticator import Authenticator
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.config import StarlightConfig
 from starlight_py.gateway.connection.connection_timers import ConnectionTimers
+from starlight_py.gateway.connection.quiet_sockets import QuietSockets
 from starlight_py.gateway.consume.held_messages import HeldMessages
 from starlight_py.gateway.consume.requeued import RequeuedPositions
 from starlight_py.gateway.expiry_reaper import ExpiryReaper
@@ -47,6 +48,8 @@ class ConnectionServices(Protocol):
     pre_acks: PreAcks | None
     # The deadlines of every connection (heartbeats, handshake and close-ok timeouts).
     timers: ConnectionTimers
+    # The sockets of quiet plain-TCP connections, read together (None: each reads its own).
+    quiet: QuietSockets | None
     # Bumped by whatever changes what the connection report shows (not by heartbeats): the
     # report is described again only when it moved (cluster/connection_reports.py).
     report_changes: int
