@@ -342,10 +342,9 @@ class StarlightConfig:
         default=10 * SECONDS,
         metadata=_key(
             "amqpQuietConnectionAfterMillis",
-            "Time a plain TCP connection exchanges nothing but heartbeats before its socket "
-            "is read together with the other quiet ones, a few dozen times a second (the "
-            "first frame after such a spell waits up to 25 ms); 0: every connection reads "
-            "its own socket.",
+            "Time a plain TCP connection receives nothing but heartbeats before its socket "
+            "wakes it only for more than a heartbeat (the heartbeats are read by its timer, "
+            "which wakes anyway to send the proxy's); 0: every heartbeat wakes it.",
             "ms",
         ),
     )

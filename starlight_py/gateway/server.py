@@ -677,8 +677,6 @@ def _start_duties(
     assert services.pre_acks is not None
     nursery.start_soon(take_from_pulsar_threads)
     nursery.start_soon(services.timers.run)
-    if services.quiet is not None:
-        nursery.start_soon(services.quiet.run)
     nursery.start_soon(services.producers.close_idle_forever)
     nursery.start_soon(services.reaper.run)
     nursery.start_soon(services.held.publish_forever)

@@ -25,8 +25,8 @@ class LiveCounts:
     producers: int = 0  # Pulsar producers open (one per topic published to lately)
     # vhost -> (connections, channels) of connections that opened one
     by_vhost: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # Connections whose socket is read with the other quiet ones, and the heartbeats read
-    # so (gateway/connection/quiet_sockets.py).
+    # Connections that only more than a heartbeat wakes, and the heartbeats their timers
+    # read (gateway/connection/quiet_sockets.py).
     quiet_connections: int = 0
     quiet_heartbeats: int = 0
 
@@ -76,13 +76,13 @@ class _LiveState(Collector):
         )
         yield GaugeMetricFamily(
             "starlight_quiet_connections",
-            "Connections that exchanged nothing but heartbeats for "
-            "amqpQuietConnectionAfterMillis: their sockets are read together.",
+            "Connections that received nothing but heartbeats for "
+            "amqpQuietConnectionAfterMillis: only more than a heartbeat wakes them.",
             value=counts.quiet_connections,
         )
         yield CounterMetricFamily(
             "starlight_quiet_heartbeats",
-            "Client heartbeats read with the quiet connections' sockets.",
+            "Client heartbeats of quiet connections, read by the timers without a wake-up.",
             value=counts.quiet_heartbeats,
         )
         last = self._cache_last_change()

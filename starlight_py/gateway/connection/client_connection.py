@@ -46,7 +46,11 @@ from starlight_py.core.channel import MAX_OUTPUT_BACKLOG, Channel, Tally, Transa
 from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.connection.authorization import AccessControl
 from starlight_py.gateway.connection.connection_services import ConnectionServices
-from starlight_py.gateway.connection.quiet_sockets import only_heartbeats
+from starlight_py.gateway.connection.quiet_sockets import (
+    drain_heartbeats,
+    only_heartbeats,
+    set_low_water,
+)
 from starlight_py.gateway.consume.consuming import Consumers
 from starlight_py.gateway.dead_lettering import DeadLetters
 from starlight_py.gateway.errors import as_amqp_error
@@ -71,9 +75,6 @@ CLOSE_OK_TIMEOUT = 3 * SECONDS
 EXCLUSIVE_RELEASE_WAIT = 2 * SECONDS
 LINGER_AFTER_CLOSE = 1 * SECONDS
 RECEIVE_SIZE = 64 * 1024
-# s since the last frame other than a heartbeat before a read may end in parking the socket
-# with the quiet ones (quiet_sockets.py)
-QUIET_CHECK_AFTER = 1.0
 # Output waiting while the client does not read what we already sent: past this, we stop
 # reading its input too (a client publishing with confirms but never reading would
 # otherwise grow our buffers without end).
@@ -102,6 +103,7 @@ class ClientConnection:
         "_last_received",
         "_last_sent",
         "_log",
+        "_low_water",
         "_nursery",
         "_output_hold",
         "_output_taken",
@@ -176,10 +178,11 @@ class ClientConnection:
         self._backlog = b""  # taken from the connection, not written yet (the writer's)
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
-        # The last frame other than a heartbeat, either way: some time later, a plain TCP
-        # connection's socket is read with the other quiet ones (quiet_sockets.py), after
-        # the services' `quiet.quiet_after`.
+        # The last frame received other than a heartbeat: `quiet.quiet_after` later, a
+        # plain TCP connection's socket wakes it only for more than a heartbeat
+        # (`_low_water`, quiet_sockets.py).
         self._last_active = trio.current_time()
+        self._low_water = False
         self._handshake_deadline = trio.current_time() + services.config.handshake_timeout
         self._close_deadline: float | None = None
         self._timed = False  # while the process's timers keep its deadlines (`on_timer`)
@@ -319,25 +322,22 @@ class ClientConnection:
                 return b""
         while True:
             quiet = self.services.quiet
-            # Only a wait that follows a spell without activity gets a deadline (none for
-            # the reads of a busy connection): one that goes quiet parks after the first
-            # heartbeat it gets once `quiet_after` has passed.
             if (
                 quiet is not None
+                and not self._low_water
                 and self.conn.is_open
-                and trio.current_time() - self._last_active > QUIET_CHECK_AFTER
+                and trio.current_time() - self._last_active >= quiet.quiet_after
             ):
-                with trio.move_on_at(self._last_active + quiet.quiet_after) as waiting:
-                    if not await self._readable(fd):
-                        return b""
-                if waiting.cancelled_caught:
-                    # Nothing but heartbeats for a while: read with the other quiet ones.
-                    parked = await quiet.wait(fd, self._heard)
-                    if parked is None:
-                        continue  # woken by output: read directly again
-                    return parked
-            elif not await self._readable(fd):
+                # Nothing but heartbeats for a while: only more than a heartbeat wakes
+                # this wait (the timers drain the heartbeats: on_timer).
+                self._set_low_water(True)
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            except trio.ClosedResourceError:
                 return b""
+            finally:
+                if self._low_water:
+                    self._set_low_water(False)  # read everything there, as usual
             try:
                 return os.read(fd, RECEIVE_SIZE)
             except BlockingIOError:
@@ -345,17 +345,21 @@ class ClientConnection:
             except OSError:
                 return b""  # reset by the peer: the same end as a close
 
-    @staticmethod
-    async def _readable(fd: int) -> bool:
-        try:
-            await trio.lowlevel.wait_readable(fd)
-        except trio.ClosedResourceError:
-            return False
-        return True
+    def _set_low_water(self, quiet: bool) -> None:
+        counts = self.services.quiet
+        if set_low_water(self._direct_fd, quiet) or not quiet:
+            self._low_water = quiet
+            if counts is not None:
+                counts.quiet += 1 if quiet else -1
 
-    def _heard(self) -> None:
-        """A heartbeat read with the quiet sockets."""
-        self._last_received = trio.current_time()
+    def _drain_heartbeats(self, now: float) -> None:
+        """The heartbeats a quiet connection's socket holds (they do not wake the reader)
+        are read here, and count as heard."""
+        beats = drain_heartbeats(self._direct_fd)
+        if beats:
+            self._last_received = now
+            if self.services.quiet is not None:
+                self.services.quiet.heartbeats += beats
 
     async def _handle(self, event: ev.Event) -> None:
         channel = getattr(event, "channel", 0)
@@ -705,16 +709,11 @@ class ClientConnection:
         conn = self.conn
         if conn.closed:
             self._wakeup.set()
-            if self.services.quiet is not None:
-                self.services.quiet.wake(self._direct_fd)
             return
         if not conn.pending_output:
             return
         if reported:
             self.services.report_changes += 1
-            self._last_active = trio.current_time()
-            if self.services.quiet is not None:
-                self.services.quiet.wake(self._direct_fd)
         if conn.state is ConnectionState.CLOSING and self._close_deadline is None:
             self._wake_timers()  # it starts counting the wait for close-ok
         fd = self._direct_fd
@@ -820,6 +819,8 @@ class ClientConnection:
                 self.conn.abort()
                 return False
         elif heartbeat:
+            if self._low_water:
+                self._drain_heartbeats(now)
             if now - self._last_received > 2 * heartbeat:
                 self._log.warning(
                     "%s: missed heartbeats from client, timeout: %ss", self.id, heartbeat

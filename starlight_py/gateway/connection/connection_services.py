@@ -48,7 +48,8 @@ class ConnectionServices(Protocol):
     pre_acks: PreAcks | None
     # The deadlines of every connection (heartbeats, handshake and close-ok timeouts).
     timers: ConnectionTimers
-    # The sockets of quiet plain-TCP connections, read together (None: each reads its own).
+    # Quiet plain-TCP connections, not woken by heartbeats (None: turned off, every
+    # heartbeat wakes its connection).
     quiet: QuietSockets | None
     # Bumped by whatever changes what the connection report shows (not by heartbeats): the
     # report is described again only when it moved (cluster/connection_reports.py).
