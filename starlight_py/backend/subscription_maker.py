@@ -7,14 +7,22 @@ counts. Made by subscribing a consumer, it costs the broker about two thirds of 
 that the admin API's `PUT .../subscription/<s>` does (docs/performance.md, "Setup and delete"),
 and a topic-bound queue's setup is mostly that. When the broker refuses the consumer (no
 such topic and no auto-creation, no such namespace), the admin API is asked instead: it
-creates the topic explicitly where auto-creation is off, and its errors say why.
+creates the topic explicitly where auto-creation is off, and its errors say why. So it is
+when the binary protocol gives up without an answer (its operation timeout): a broker that
+keeps failing one topic's lookups, or is slow to answer while it makes a thousand topics at
+once, gets a second way in before a publish that waits for the subscription fails; a
+broker that is down fails the admin request too, at once.
 """
 
 from __future__ import annotations
 
 import logging
 
-from starlight_py.backend.pulsar_admin import PulsarAdmin
+from starlight_py.backend.pulsar_admin import (
+    BackendUnavailable,
+    PulsarAdmin,
+    PulsarAuthenticationRefused,
+)
 from starlight_py.backend.pulsar_client import BackendError, PulsarBackend
 from starlight_py.model.naming import TopicName
 
@@ -39,6 +47,10 @@ class SubscriptionMaker:
                 self.backend.create_subscription(topic, subscription)
             except BackendError as e:
                 log.debug("%s; asking the admin API", e)
+            except PulsarAuthenticationRefused:
+                raise
+            except BackendUnavailable as e:
+                log.warning("%s; asking the admin API", e)
             else:
                 return
         self.admin.create_subscription(topic, subscription)

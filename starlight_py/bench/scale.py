@@ -159,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--warmup", type=float, default=5.0, help="seconds of unmeasured traffic (default: 5)"
     )
     parser.add_argument(
+        "--first-wait",
+        type=float,
+        default=120.0,
+        help="seconds the warm-up may go on past --warmup until every queue has delivered "
+        "its first message, which is reported on its own (default: 120)",
+    )
+    parser.add_argument(
         "--duration", type=float, default=30.0, help="seconds of measured traffic (default: 30)"
     )
     parser.add_argument(
@@ -261,6 +268,7 @@ def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
             ("--connections", args.connections < 1),
             ("--idle", args.idle <= 0),
             ("--warmup", args.warmup < 0),
+            ("--first-wait", args.first_wait < 0),
             ("--duration", args.duration <= 0),
             ("--drain", args.drain < 0),
             ("--setup-timeout", args.setup_timeout <= 0),

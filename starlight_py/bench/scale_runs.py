@@ -67,6 +67,12 @@ def progress(system: str) -> Callable[[ScaleEvent], None]:
             say(f"  {event.name.replace('_', ' ')} in {(event.number('ms') or 0) / 1000:.2f} s")
         elif event.name in ("idle_begin", "window_begin", "traffic_begin"):
             say(f"  {event.name.replace('_', ' ')}")
+        elif event.name == "first_deliveries":
+            say(
+                f"  first deliveries: {event.number('reached') or 0:,.0f} of "
+                f"{event.number('queues') or 0:,.0f} queues, the last "
+                f"{(event.number('last_ms') or 0) / 1000:.2f} s after the first publish"
+            )
         elif event.name == "error":
             say(f"  error in {event.fields.get('phase')}: {event.fields.get('message')}")
 
@@ -112,12 +118,18 @@ def run_case(
         "rate": args.rate,
         "idle": args.idle,
         "warmup": args.warmup,
+        "first_wait": args.first_wait,
         "duration": args.duration,
         "drain": args.drain,
         "rpc_timeout": args.rpc_timeout,
     }
     timeout = (
-        2 * args.setup_timeout + args.idle + args.warmup + args.duration + args.drain
+        2 * args.setup_timeout
+        + args.idle
+        + args.warmup
+        + args.first_wait
+        + args.duration
+        + args.drain
     ) + _CASE_ALLOWANCE
     log = work_dir / "scale-cases" / f"{name}.log"
     run = run_load(command, settings, log, on_event, timeout)
@@ -142,6 +154,8 @@ def figures(
     if "idle_begin" in cpu and "idle_end" in cpu:
         (t0, before), (t1, after) = cpu["idle_begin"], cpu["idle_end"]
         result.idle_ms_per_s = with_total(rates_ms_per_s(before, after, t1 - t0))
+    if (firsts := run.first("first_deliveries")) is not None:
+        _first_deliveries(firsts, result)
     window = run.first("window_end")
     if window is not None:
         seconds = window.number("seconds") or 0.0
@@ -165,7 +179,7 @@ def figures(
             k: int(v) for k, v in drained.fields.items() if isinstance(v, int) and k != "t_ms"
         }
         result.lost = result.counts.get("lost")
-        problems = [
+        problems = _first_missing(run) + [
             f"{k} {result.counts[k]}"
             for k in ("nacked", "returned", "unconfirmed", "duplicates", "misrouted")
             if result.counts.get(k)
@@ -184,6 +198,25 @@ def figures(
             result.detail = "; ".join(problems)
 
 
+def _first_deliveries(event: ScaleEvent, result: SystemResult) -> None:
+    """Each queue's first delivery: its latency percentiles, and when the last came."""
+    latency = event.fields.get("latency_us") or []
+    if len(latency) >= 3:
+        result.first_p50_ms = round(latency[0] / 1000, 2)
+        result.first_p99_ms = round(latency[1] / 1000, 2)
+        result.first_max_ms = round(latency[2] / 1000, 2)
+    result.first_last_s = _seconds(event.number("last_ms"))
+
+
+def _first_missing(run: LoadRun) -> list[str]:
+    """'N queues had no first message' when the warm-up ended without every queue's."""
+    event = run.first("first_deliveries")
+    if event is None:
+        return []
+    reached, queues = event.number("reached") or 0, event.number("queues") or 0
+    return [f"{queues - reached:.0f} queues had no first message"] if reached < queues else []
+
+
 def _seconds(ms: float | None) -> float | None:
     return None if ms is None else round(ms / 1000, 3)
 
@@ -197,8 +230,8 @@ def say_outcome(result: SystemResult) -> None:
     say(
         f"  -> setup {result.setup_s} s, delete {result.delete_s} s, "
         f"{result.delivered_per_s} msg/s, p50 {result.p50_ms} ms, p99 {result.p99_ms} ms, "
-        f"lost {result.lost}; idle ms/s: {idle}; µs/delivery: {per}"
-        + (f" ({result.detail})" if result.detail else "")
+        f"first deliveries p99 {result.first_p99_ms} ms, lost {result.lost}; "
+        f"idle ms/s: {idle}; µs/delivery: {per}" + (f" ({result.detail})" if result.detail else "")
     )
 
 

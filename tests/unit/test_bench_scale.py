@@ -217,6 +217,8 @@ def test_bad_options_exit_2(argv: list[str]) -> None:
 def test_figures_come_from_the_events_and_the_cpu_readings() -> None:
     lines = [
         '@scale {"event":"setup_done","ms":2500}',
+        '@scale {"event":"first_deliveries","queues":4,"reached":3,"last_ms":7250,'
+        '"latency_us":[2000,31000,40000]}',
         '@scale {"event":"window_end","seconds":10.0,"delivered":5000,'
         '"latency_us":[1500,9000,20000]}',
         '@scale {"event":"drained","published":6000,"confirmed":6000,"lost":0,"returned":2,'
@@ -240,7 +242,9 @@ def test_figures_come_from_the_events_and_the_cpu_readings() -> None:
     assert (out.p50_ms, out.p99_ms) == (1.5, 9.0)
     assert out.lost == 0
     assert out.counts["published"] == 6000
-    assert out.detail == "returned 2"
+    assert (out.first_p50_ms, out.first_p99_ms, out.first_max_ms) == (2.0, 31.0, 40.0)
+    assert out.first_last_s == 7.25
+    assert out.detail == "1 queues had no first message; returned 2"
 
 
 def test_notes_name_the_case_and_system_with_something_to_say() -> None:

@@ -12,9 +12,13 @@
  *   mode=topology  kind=topic|default|fanout queues=N: declare (and bind, for topic and
  *     fanout) N queues and start one consumer on each, spread over `connections`
  *     connections, each connection's share declared by a thread of its own; stay idle
- *     `idle` s; publish at `rate` deliveries/s in total for `warmup` + `duration` s with
- *     publisher confirms, manual acks; wait up to `drain` s for the stragglers; cancel the
- *     consumers and delete the queues and exchange, again from `connections` threads.
+ *     `idle` s; publish at `rate` deliveries/s in total with publisher confirms, manual
+ *     acks: an unmeasured warm-up of `warmup` s that goes on until every queue has
+ *     delivered its first message (at most `first_wait` s more), then `duration` s
+ *     measured; wait up to `drain` s for the stragglers; cancel the consumers and delete
+ *     the queues and exchange, again from `connections` threads. The first message each
+ *     queue delivers is reported on its own (event first_deliveries): a system that makes
+ *     something on a binding's first use pays for it there, not in the measured window.
  *   mode=connections count=N: open N connections (heartbeat `heartbeat` s, NIO), stay
  *     idle `idle` s, close them.
  *
@@ -75,13 +79,21 @@ public final class ScaleLoad {
     ScaleLoad load = new ScaleLoad(options);
     String mode = load.text("mode", "topology");
     int code;
-    if (mode.equals("topology")) {
-      code = load.topology();
-    } else if (mode.equals("connections")) {
-      code = load.connections();
-    } else {
-      fail("mode is topology or connections, not " + mode);
-      code = 2;
+    try {
+      if (mode.equals("topology")) {
+        code = load.topology();
+      } else if (mode.equals("connections")) {
+        code = load.connections();
+      } else {
+        fail("mode is topology or connections, not " + mode);
+        code = 2;
+      }
+    } catch (Exception e) {
+      // Reported, and the process ends: its connections' threads would otherwise keep
+      // the JVM, and the case, waiting for nothing.
+      emit("error", "phase", "run", "message", describe(e));
+      e.printStackTrace();
+      code = 3;
     }
     System.out.flush();
     System.exit(code);
@@ -308,8 +320,20 @@ public final class ScaleLoad {
     Publisher publisher = new Publisher(publishing, topology, rate, size);
     Thread publishThread = new Thread(publisher, "scale-publish");
     emit("traffic_begin", "publish_rate", publisher.publishRate);
+    long trafficBegan = System.nanoTime();
     publishThread.start();
     Thread.sleep((long) (warmup * 1000));
+    long firstUntil = System.nanoTime() + (long) (decimal("first_wait", 120) * 1e9);
+    while (consumers.firstDelivered.get() < queues && System.nanoTime() < firstUntil) {
+      Thread.sleep(20);
+    }
+    long[] firsts = consumers.firstLatencies();
+    emit(
+        "first_deliveries",
+        "queues", queues,
+        "reached", firsts.length,
+        "last_ms", consumers.lastFirstMs(trafficBegan),
+        "latency_us", percentiles(firsts));
     long deliveredBefore = consumers.delivered.get();
     long publishedBefore = publisher.published.get();
     long windowStart = System.nanoTime();
@@ -475,6 +499,9 @@ public final class ScaleLoad {
     final AtomicLong redelivered = new AtomicLong();
     final AtomicLong duplicates = new AtomicLong();
     final AtomicLong misrouted = new AtomicLong();
+    final AtomicInteger firstDelivered = new AtomicInteger();
+    private final long[] firstLatency; // µs of each queue's first delivery; -1: none yet
+    private final long[] firstAt; // System.nanoTime of it
     private volatile boolean window;
     private long[] latencies = new long[1 << 14];
     private int latencyCount;
@@ -484,8 +511,41 @@ public final class ScaleLoad {
       this.consuming = new boolean[queues];
       this.seen = new BitSet[queues];
       this.topology = topology;
+      this.firstLatency = new long[queues];
+      this.firstAt = new long[queues];
+      Arrays.fill(firstLatency, -1);
       for (int q = 0; q < queues; q++) {
         seen[q] = new BitSet();
+      }
+    }
+
+    private void first(int q, long micros, long now) {
+      synchronized (firstLatency) {
+        if (firstLatency[q] < 0) {
+          firstLatency[q] = micros;
+          firstAt[q] = now;
+          firstDelivered.incrementAndGet();
+        }
+      }
+    }
+
+    /** The first deliveries' latencies so far, sorted. */
+    long[] firstLatencies() {
+      synchronized (firstLatency) {
+        return Arrays.stream(firstLatency).filter(v -> v >= 0).sorted().toArray();
+      }
+    }
+
+    /** Milliseconds from `since` to the latest first delivery so far (0: none). */
+    long lastFirstMs(long since) {
+      synchronized (firstLatency) {
+        long last = since;
+        for (int q = 0; q < firstAt.length; q++) {
+          if (firstLatency[q] >= 0) {
+            last = Math.max(last, firstAt[q]);
+          }
+        }
+        return (last - since) / 1_000_000;
       }
     }
 
@@ -516,6 +576,7 @@ public final class ScaleLoad {
           if (again) {
             duplicates.incrementAndGet();
           }
+          first(q, (now - sent) / 1000, now);
           if (window) {
             record((now - sent) / 1000);
           }
