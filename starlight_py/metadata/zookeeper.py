@@ -25,12 +25,14 @@ from kazoo.exceptions import (
     NotEmptyError,
     RolledBackError,
     SessionExpiredError,
+    UnimplementedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
 
 from starlight_py.metadata.kazoo_handler import PollingThreadingHandler
+from starlight_py.metadata.multi_read import Children, Data, MultiRead, Read, ReadAnswer
 from starlight_py.units import SECONDS
 
 log = logging.getLogger("starlight.zookeeper")
@@ -115,6 +117,39 @@ def _translate(error: Exception) -> Exception:
     return MetadataUnavailable(f"ZooKeeper error: {type(error).__name__}: {error}")
 
 
+class ReadAnswers:
+    """What ZooKeeperClient.read found, by path."""
+
+    def __init__(self, found: dict[tuple[str, int], tuple[bytes, int] | list[str] | None]) -> None:
+        self._found = found
+
+    def data(self, path: str) -> tuple[bytes, int] | None:
+        """(data, version) of a `Data` read, or None when the znode does not exist."""
+        value = self._found[(path, Data.op)]
+        assert value is None or isinstance(value, tuple)
+        return value
+
+    def children(self, path: str) -> list[str]:
+        """The child names of a `Children` read, empty when the znode does not exist."""
+        value = self._found[(path, Children.op)]
+        assert isinstance(value, list)
+        return value
+
+
+def _read_answer(read: Read, answer: ReadAnswer) -> tuple[bytes, int] | list[str] | None:
+    """One multiRead answer as ZooKeeperClient.get or .children answers."""
+    if isinstance(answer, NoNodeError):
+        return None if isinstance(read, Data) else []
+    if isinstance(answer, Exception):
+        raise _translate(answer) from answer
+    if isinstance(read, Children):
+        assert isinstance(answer, list)
+        return answer
+    assert isinstance(answer, tuple)
+    data, stat = answer
+    return data, stat.version
+
+
 def start_tree_cache(tree: Startable, what: str) -> None:
     """Start a watched tree (metadata/watched_tree.py), even when ZooKeeper goes away
     meanwhile.
@@ -158,6 +193,7 @@ class ZooKeeperClient:
         self.kazoo.add_listener(self._on_state)
         self._session_lost = False
         self._stopping = False
+        self.multi_read = True  # False once the server answered multiRead UNIMPLEMENTED
         self._new_session_callbacks: list[Callable[[], object]] = []
 
     def on_new_session(self, callback: Callable[[], object]) -> None:
@@ -236,6 +272,40 @@ class ZooKeeperClient:
         except NodeMissing:
             return None
         return data, stat.version
+
+    def read(self, reads: Sequence[Read]) -> ReadAnswers:
+        """The reads' answers (`ReadAnswers.data`, `.children`). One request where
+        ZooKeeper has multiRead (metadata/multi_read.py), else one request per read. The
+        reads are not a snapshot: each sees its znode as it is when the server gets to it,
+        as separate reads would."""
+        if len(reads) > 1 and self.multi_read:
+            try:
+                answers = self._wait(self._multi_read_async, reads)
+            except MetadataUnavailable as e:
+                if not isinstance(e.__cause__, UnimplementedError):
+                    raise
+                log.info("ZooKeeper has no multiRead (before 3.6): reading one znode at a time")
+                self.multi_read = False
+            else:
+                return ReadAnswers(
+                    {
+                        (r.path, r.op): _read_answer(r, a)
+                        for r, a in zip(reads, answers, strict=True)
+                    }
+                )
+        return ReadAnswers(
+            {
+                (r.path, r.op): self.get(r.path) if isinstance(r, Data) else self.children(r.path)
+                for r in reads
+            }
+        )
+
+    def _multi_read_async(self, reads: Sequence[Read]) -> Any:
+        chroot = self.kazoo.chroot or ""
+        request = MultiRead([chroot + r.path for r in reads], [r.op for r in reads])
+        result = self.kazoo.handler.async_result()
+        self.kazoo._call(request, result)
+        return result
 
     def children(self, path: str) -> list[str]:
         """Child names; empty when the znode does not exist."""

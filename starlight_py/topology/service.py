@@ -37,6 +37,7 @@ from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.backend.pulsar_client import PulsarBackend
 from starlight_py.backend.subscription_maker import SubscriptionMaker
 from starlight_py.metadata.ephemeral import EphemeralNodes
+from starlight_py.metadata.multi_read import Children, Data, Read
 from starlight_py.metadata.records import (
     BindingEntry,
     BindingSet,
@@ -55,6 +56,7 @@ from starlight_py.metadata.zookeeper import (
     NodeAlreadyExists,
     NodeMissing,
     Op,
+    ReadAnswers,
     SetData,
     TransactionFailed,
     VersionConflict,
@@ -182,6 +184,14 @@ class TopologyService:
             return Exchange(DEFAULT_EXCHANGE, "direct"), -1
         return self._read(self.paths.exchange(vhost, name))
 
+    @staticmethod
+    def _exchange_from(found: tuple[bytes, int] | None) -> Exchange | None:
+        """The exchange record read, if any."""
+        if found is None:
+            return None
+        exchange: Exchange = _decoded(found)[0]
+        return exchange
+
     def get_queue(self, vhost: str, name: str) -> tuple[Queue, int] | None:
         return self._read(self.paths.queue(vhost, name))
 
@@ -189,18 +199,42 @@ class TopologyService:
         """The queue's binding sets to read, and the retired ones still draining into it
         (version -1). Not the sets whose subscription the first publish they route makes
         (topology/binding_topics.py): there is nothing to read there yet."""
-        return self._with_draining(
-            [x for x in self._active_sets(vhost, queue) if x[0].made], self.draining(vhost, queue)
-        )
+        listed = self.zk.read(self._set_listings(vhost, queue))
+        active, draining = self._read_sets(vhost, queue, listed)
+        return self._with_draining([x for x in active if x[0].made], draining)
 
-    def _active_sets(self, vhost: str, queue: str) -> list[tuple[BindingSet, int]]:
-        base = self.paths.queue_bindings(vhost, queue)
-        sets = []
-        for child in self.zk.children(base):
-            found = self._read(f"{base}/{child}")
-            if found is not None:
-                sets.append(found)
-        return sets
+    def _set_listings(self, vhost: str, queue: str) -> list[Read]:
+        """The child lists `_read_sets` needs: the queue's binding sets, the retired
+        subscriptions."""
+        return [
+            Children(self.paths.queue_bindings(vhost, queue)),
+            Children(self.paths.retired(vhost)),
+        ]
+
+    def _read_sets(
+        self, vhost: str, queue: str, listed: ReadAnswers
+    ) -> tuple[list[tuple[BindingSet, int]], list[tuple[RetiredSubscription, int]]]:
+        """The queue's binding sets, and the retired subscriptions of it that still hold
+        messages routed to it, from the child lists of `_set_listings` (one more read)."""
+        bindings = self.paths.queue_bindings(vhost, queue)
+        retired = self.paths.retired(vhost)
+        # Retired records are named after their subscription, `E(queue)~~id`: skip other
+        # queues' records by name instead of reading every one of them.
+        prefix = segment(naming.escape(queue) + naming.SEPARATOR)
+        set_paths = [f"{bindings}/{child}" for child in listed.children(bindings)]
+        retired_paths = [
+            f"{retired}/{child}" for child in listed.children(retired) if child.startswith(prefix)
+        ]
+        found = self.zk.read([Data(path) for path in (*set_paths, *retired_paths)])
+        sets = [_decoded(x) for x in map(found.data, set_paths) if x is not None]
+        draining = []
+        for record in map(found.data, retired_paths):
+            if record is None:
+                continue
+            decoded = _decoded(record)
+            if decoded[0].queue == queue and decoded[0].drain:
+                draining.append(decoded)
+        return sets, draining
 
     @staticmethod
     def _with_draining(
@@ -210,18 +244,7 @@ class TopologyService:
 
     def draining(self, vhost: str, queue: str) -> list[tuple[RetiredSubscription, int]]:
         """Retired subscriptions of `queue` that still hold messages routed to it."""
-        base = self.paths.retired(vhost)
-        # Retired records are named after their subscription, `E(queue)~~id`: skip other
-        # queues' records by name instead of reading every one of them.
-        prefix = segment(naming.escape(queue) + naming.SEPARATOR)
-        found_records = []
-        for child in self.zk.children(base):
-            if not child.startswith(prefix):
-                continue
-            found = self._read(f"{base}/{child}")
-            if found is not None and found[0].queue == queue and found[0].drain:
-                found_records.append(found)
-        return found_records
+        return self._read_sets(vhost, queue, self.zk.read(self._set_listings(vhost, queue)))[1]
 
     def _require_exchange(self, vhost: str, name: str, method: tuple[int, int]) -> Exchange:
         found = self.get_exchange(vhost, name)
@@ -591,18 +614,26 @@ class TopologyService:
         self.queue_deletions += 1  # before the delete: a get that reads it after looks again
 
         def attempt() -> int | None:
-            found = self.get_queue(vhost, name)
+            base = self.paths.queue(vhost, name)
+            listed = self.zk.read(
+                [
+                    Data(base),
+                    Children(base),
+                    *(Children(f"{base}/{child}") for child in _COUNTED_CHILDREN),
+                    *self._set_listings(vhost, name),
+                ]
+            )
+            found = listed.data(base)
             if found is None:
                 return 0 if still_abandoned is None else None
-            queue, version = found
+            queue, version = _decoded(found)
             self._check_owner(vhost, queue, owner, QUEUE_DELETE)
-            children = self._queue_children_ops(vhost, name, still_abandoned is None)
+            children = self._queue_children_ops(vhost, name, still_abandoned is None, listed)
             if children is None or (still_abandoned is not None and not still_abandoned(queue)):
                 return None  # in use again
             extra_ops, consumer_count = children
             # Read once: the counts and the transaction below work from the same records.
-            sets = self._active_sets(vhost, name)
-            draining = self.draining(vhost, name)
+            sets, draining = self._read_sets(vhost, name, listed)
             counts = self.counts.queue_overview(
                 vhost,
                 namespace,
@@ -678,20 +709,21 @@ class TopologyService:
         return _retrying(attempt)
 
     def _queue_children_ops(
-        self, vhost: str, name: str, with_consumers: bool
+        self, vhost: str, name: str, with_consumers: bool, listed: ReadAnswers
     ) -> tuple[list[Op], int] | None:
         """Deletes of a queue's znodes besides its bindings (consumers, owner, marks), and
-        the number of its AMQP consumers. With `with_consumers` False, None when AMQP
-        consumers are registered; otherwise their znodes are left out, so a consumer
-        registering meanwhile fails the transaction."""
+        the number of its AMQP consumers, from `listed`: the queue's children and theirs
+        (_COUNTED_CHILDREN). With `with_consumers` False, None when AMQP consumers are
+        registered; otherwise their znodes are left out, so a consumer registering
+        meanwhile fails the transaction."""
         ops: list[Op] = []
         base = self.paths.queue(vhost, name)
         consumer_count = 0
-        for child in self.zk.children(base):
+        for child in listed.children(base):
             if child == "bindings":
                 continue
-            if child in ("consumers", "active"):
-                consumers = self.zk.children(f"{base}/{child}")
+            if child in _COUNTED_CHILDREN:
+                consumers = listed.children(f"{base}/{child}")
                 if consumers and not with_consumers:
                     return None
                 ops += [Delete(f"{base}/{child}/{c}") for c in consumers]
@@ -804,17 +836,46 @@ class TopologyService:
         """Raises NotFound (queue or exchange), ResourceLocked, AccessRefused (default
         exchange; checked by the caller), PreconditionFailed (bad headers arguments)."""
 
-        def attempt() -> None:
-            # With both missing RabbitMQ reports the exchange.
-            exchange = self._require_exchange(vhost, exchange_name, QUEUE_BIND)
-            queue = self._require_queue(vhost, queue_name, QUEUE_BIND)
-            self._check_owner(vhost, queue, owner, QUEUE_BIND)
-            validate_binding_arguments(exchange, arguments)
+        def set_path_of(exchange: Exchange) -> tuple[naming.TopicName, str]:
             topic = naming.exchange_topic(
                 namespace, exchange.name, exchange.routing_type, routing_key
             )
-            set_path = self.paths.binding_set(vhost, queue_name, topic.local)
-            found_set = self._read(set_path)
+            return topic, self.paths.binding_set(vhost, queue_name, topic.local)
+
+        def attempt() -> None:
+            # The exchange, the queue and (where the cache knows the exchange's type) the
+            # binding set, in one read.
+            exchange_path = self.paths.exchange(vhost, exchange_name)
+            queue_path = self.paths.queue(vhost, queue_name)
+            known = self.known_exchange(vhost, exchange_name)
+            guessed = set_path_of(known)[1] if known is not None else None
+            listed = self.zk.read(
+                [
+                    *([Data(exchange_path)] if exchange_name != DEFAULT_EXCHANGE else []),
+                    Data(queue_path),
+                    *([Data(guessed)] if guessed is not None else []),
+                ]
+            )
+            # With both missing RabbitMQ reports the exchange.
+            exchange = (
+                Exchange(DEFAULT_EXCHANGE, "direct")
+                if exchange_name == DEFAULT_EXCHANGE
+                else self._exchange_from(listed.data(exchange_path))
+            )
+            if exchange is None:
+                raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost}'", QUEUE_BIND)
+            found_queue = listed.data(queue_path)
+            if found_queue is None:
+                raise NotFound(f"no queue '{queue_name}' in vhost '{vhost}'", QUEUE_BIND)
+            queue: Queue = _decoded(found_queue)[0]
+            self._check_owner(vhost, queue, owner, QUEUE_BIND)
+            validate_binding_arguments(exchange, arguments)
+            topic, set_path = set_path_of(exchange)
+            found_set = (
+                (None if (raw := listed.data(set_path)) is None else _decoded(raw))
+                if set_path == guessed
+                else self._read(set_path)
+            )
             if found_set is None:
                 self._create_binding_set(vhost, queue, exchange, topic, routing_key, arguments)
                 return
@@ -1044,6 +1105,15 @@ class TopologyService:
         if record is None:
             raise NotFound(f"no vhost '{vhost}'")
         return naming.TopicName(record.namespace, local)
+
+
+# A queue's children whose own children (AMQP consumers, single-active turns) its deletion
+# lists and deletes first.
+_COUNTED_CHILDREN = ("consumers", "active")
+
+
+def _decoded(found: tuple[bytes, int]) -> tuple[Any, int]:
+    return decode(found[0]), found[1]
 
 
 def server_named_queue() -> str:
