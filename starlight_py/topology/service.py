@@ -170,10 +170,7 @@ class TopologyService:
 
     def _read(self, path: str) -> tuple[Any, int] | None:
         found = self.zk.get(path)
-        if found is None:
-            return None
-        data, version = found
-        return decode(data), version
+        return None if found is None else _decoded(found)
 
     def get_vhost(self, vhost: str) -> VhostRecord | None:
         found = self._read(self.paths.vhost(vhost))
@@ -183,14 +180,6 @@ class TopologyService:
         if name == DEFAULT_EXCHANGE:
             return Exchange(DEFAULT_EXCHANGE, "direct"), -1
         return self._read(self.paths.exchange(vhost, name))
-
-    @staticmethod
-    def _exchange_from(found: tuple[bytes, int] | None) -> Exchange | None:
-        """The exchange record read, if any."""
-        if found is None:
-            return None
-        exchange: Exchange = _decoded(found)[0]
-        return exchange
 
     def get_queue(self, vhost: str, name: str) -> tuple[Queue, int] | None:
         return self._read(self.paths.queue(vhost, name))
@@ -857,12 +846,11 @@ class TopologyService:
                 ]
             )
             # With both missing RabbitMQ reports the exchange.
-            exchange = (
-                Exchange(DEFAULT_EXCHANGE, "direct")
-                if exchange_name == DEFAULT_EXCHANGE
-                else self._exchange_from(listed.data(exchange_path))
-            )
-            if exchange is None:
+            if exchange_name == DEFAULT_EXCHANGE:
+                exchange = Exchange(DEFAULT_EXCHANGE, "direct")
+            elif (raw_exchange := listed.data(exchange_path)) is not None:
+                exchange = _decoded(raw_exchange)[0]
+            else:
                 raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost}'", QUEUE_BIND)
             found_queue = listed.data(queue_path)
             if found_queue is None:
