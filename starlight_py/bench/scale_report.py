@@ -107,6 +107,10 @@ def ratio(proxy: float | None, rabbitmq: float | None) -> float | None:
     return proxy / rabbitmq
 
 
+# How long after the last delete-ok the delete's CPU is still counted.
+SETTLE_S = 10.0
+
+
 @dataclass
 class SystemResult:
     """What one case measured against one system."""
@@ -119,6 +123,10 @@ class SystemResult:
     idle_ms_per_s: dict[str, float] = field(default_factory=dict)  # with ALL
     rss_mib: dict[str, float] = field(default_factory=dict)  # after setup; with ALL
     us_per_delivery: dict[str, float] = field(default_factory=dict)  # with ALL
+    # CPU per queue of the setup, and of the delete with the SETTLE_S after it, idle
+    # subtracted; with ALL.
+    setup_ms_per_queue: dict[str, float] = field(default_factory=dict)
+    delete_ms_per_queue: dict[str, float] = field(default_factory=dict)
     offered_per_s: float | None = None  # deliveries/s asked of the publisher
     published_per_s: float | None = None  # in the window
     delivered_per_s: float | None = None  # in the window
@@ -166,7 +174,7 @@ class CaseResult:
             ratios[name] = _rounded(
                 ratio(self.figure("proxy", name), self.figure("rabbitmq", name))
             )
-        for name in ("idle_ms_per_s", "rss_mib", "us_per_delivery"):
+        for name in PER_PROCESS_TITLES:
             theirs = self.figure("rabbitmq", name, "rabbitmq")
             for process in ("proxy", ALL):
                 ours = self.figure("proxy", name, process)
@@ -353,6 +361,11 @@ PER_PROCESS_TITLES = {
     "idle_ms_per_s": "Idle CPU, ms per s (every consumer attached, nothing published)",
     "rss_mib": "RSS, MiB (after setup, consumers attached)",
     "us_per_delivery": "CPU per delivery, µs (idle CPU subtracted)",
+    "setup_ms_per_queue": "CPU per queue of the setup, ms (idle CPU subtracted)",
+    "delete_ms_per_queue": (
+        f"CPU per queue of the delete and the {SETTLE_S:g} s after its last delete-ok, ms "
+        "(what the servers finish in the background included; idle CPU subtracted)"
+    ),
 }
 
 
@@ -372,7 +385,7 @@ def full_report(
         *(f"note: {line}" for line in notes(results)),
     ]
     for name, title in PER_PROCESS_TITLES.items():
-        digits = 0 if name == "rss_mib" else 2 if name == "idle_ms_per_s" else 1
+        digits = 0 if name == "rss_mib" else 1 if name == "us_per_delivery" else 2
         blocks += ["", title, per_process_table(results, name, digits)]
     if connections:
         title = f"Idle connections (heartbeat {heartbeat_s} s; none = before they opened)"

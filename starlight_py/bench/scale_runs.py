@@ -14,6 +14,7 @@ from starlight_py.bench.cpu import read_processes, server_members
 from starlight_py.bench.infra import rss_kib, say
 from starlight_py.bench.scale_load import LoadRun, ScaleEvent, run_load
 from starlight_py.bench.scale_report import (
+    SETTLE_S,
     Case,
     ConnectionsResult,
     SystemResult,
@@ -25,7 +26,16 @@ from starlight_py.bench.scale_report import (
 # Beyond setup and delete (each bounded by --setup-timeout): JVM start, connections.
 _CASE_ALLOWANCE = 60.0
 HEARTBEAT_S = 60  # of the idle connections, as applications commonly ask
-_CPU_EVENTS = ("idle_begin", "idle_end", "window_begin", "window_end")
+_CPU_EVENTS = (
+    "setup_begin",
+    "setup_done",
+    "idle_begin",
+    "idle_end",
+    "window_begin",
+    "window_end",
+    "delete_begin",
+    "delete_done",
+)
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,10 @@ def run_case(
     ) + _CASE_ALLOWANCE
     log = work_dir / "scale-cases" / f"{name}.log"
     run = run_load(command, settings, log, on_event, timeout)
+    if "delete_done" in cpu:
+        # What the servers do after the replies (Pulsar topics deleted) counts too.
+        time.sleep(max(0.0, cpu["delete_done"][0] + SETTLE_S - time.monotonic()))
+        cpu["delete_settled"] = (time.monotonic(), cpu_seconds(roots))
     figures(run, cpu, result)
     result.offered_per_s = args.rate
     if run.error is not None:
@@ -154,6 +168,9 @@ def figures(
     if "idle_begin" in cpu and "idle_end" in cpu:
         (t0, before), (t1, after) = cpu["idle_begin"], cpu["idle_end"]
         result.idle_ms_per_s = with_total(rates_ms_per_s(before, after, t1 - t0))
+    queues = (setup.number("queues") or 0) if setup is not None else 0
+    result.setup_ms_per_queue = _per_queue(cpu, "setup_begin", "setup_done", result, queues)
+    result.delete_ms_per_queue = _per_queue(cpu, "delete_begin", "delete_settled", result, queues)
     if (firsts := run.first("first_deliveries")) is not None:
         _first_deliveries(firsts, result)
     window = run.first("window_end")
@@ -196,6 +213,22 @@ def figures(
             problems.append("nothing delivered in the measured window")
         if problems:
             result.detail = "; ".join(problems)
+
+
+def _per_queue(
+    cpu: Mapping[str, tuple[float, dict[str, float]]],
+    begin: str,
+    end: str,
+    result: SystemResult,
+    queues: float,
+) -> dict[str, float]:
+    """CPU ms per queue of each server between two readings, its idle rate subtracted."""
+    if begin not in cpu or end not in cpu or queues <= 0:
+        return {}
+    (t0, before), (t1, after) = cpu[begin], cpu[end]
+    idle = {k: v for k, v in result.idle_ms_per_s.items() if k in before}
+    per_us = us_per_delivery(before, after, t1 - t0, idle, int(queues))
+    return with_total({name: round(us / 1000, 2) for name, us in per_us.items()})
 
 
 def _first_deliveries(event: ScaleEvent, result: SystemResult) -> None:

@@ -14,6 +14,7 @@ from starlight_py.bench.scale_load import (
 )
 from starlight_py.bench.scale_report import (
     ALL,
+    SETTLE_S,
     Case,
     CaseResult,
     ConnectionsResult,
@@ -245,6 +246,30 @@ def test_figures_come_from_the_events_and_the_cpu_readings() -> None:
     assert (out.first_p50_ms, out.first_p99_ms, out.first_max_ms) == (2.0, 31.0, 40.0)
     assert out.first_last_s == 7.25
     assert out.detail == "1 queues had no first message; returned 2"
+
+
+def test_setup_and_delete_cpu_per_queue_with_the_idle_rate_subtracted() -> None:
+    lines = ['@scale {"event":"setup_done","ms":2000,"queues":100}']
+    run = LoadRun(events=[e for e in (parse_event(line) for line in lines) if e is not None])
+    cpu = {
+        "setup_begin": (0.0, {"proxy": 0.0, "pulsar": 0.0}),
+        "setup_done": (2.0, {"proxy": 1.04, "pulsar": 0.5}),
+        "idle_begin": (5.0, {"proxy": 2.0, "pulsar": 1.0}),
+        "idle_end": (15.0, {"proxy": 2.2, "pulsar": 1.0}),  # 20 and 0 ms/s
+        "delete_begin": (50.0, {"proxy": 3.0, "pulsar": 2.0}),
+        # the reading SETTLE_S after the last delete-ok, not the delete_done one
+        "delete_done": (51.0, {"proxy": 3.1, "pulsar": 2.0}),
+        "delete_settled": (61.0, {"proxy": 3.72, "pulsar": 3.0}),
+    }
+    out = SystemResult("proxy")
+    figures(run, cpu, out)
+    # (1.04 s - 2 s x 20 ms/s) / 100 queues
+    assert out.setup_ms_per_queue == {"proxy": 10.0, "pulsar": 5.0, ALL: 15.0}
+    # (0.72 s - 11 s x 20 ms/s) / 100
+    assert out.delete_ms_per_queue == {"proxy": 5.0, "pulsar": 10.0, ALL: 15.0}
+    text = full_report([CaseResult(Case("topic", 100), {"proxy": out})])
+    assert "CPU per queue of the setup" in text
+    assert f"the {SETTLE_S:g} s after its last delete-ok" in text
 
 
 def test_notes_name_the_case_and_system_with_something_to_say() -> None:

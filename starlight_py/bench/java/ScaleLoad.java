@@ -280,6 +280,7 @@ public final class ScaleLoad {
     // Setup: declare, bind, start the consumers; timed from the first declaration.
     Consumers consumers = new Consumers(queues, topology);
     AtomicInteger ready = new AtomicInteger();
+    emit("setup_begin");
     long began = System.nanoTime();
     if (!exchange.isEmpty()) {
       admin.exchangeDeclare(exchange, kind, true);
@@ -393,6 +394,7 @@ public final class ScaleLoad {
       int connections)
       throws Exception {
     AtomicInteger deleted = new AtomicInteger();
+    emit("delete_begin");
     long began = System.nanoTime();
     Thread reporter = progress("delete", deleted, topology.queues);
     Exception failure =
