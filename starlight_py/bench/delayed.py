@@ -1,14 +1,18 @@
 """Delayed messages at scale: ``python -m starlight_py.bench.delayed``.
 
 Publishes N messages (default 100,000) to an x-delayed-message exchange, each with a random
-``x-delay`` of up to ``--max-delay`` seconds (default 60), consumes them from a queue bound
-to it in another process, and prints how late each arrived after its due time (publish
-time + delay) as percentiles, how many came early (must be 0) and how many never came or
-came twice. A script that prints figures, not a test.
+``x-delay`` between ``--min-delay`` and ``--max-delay`` seconds (default 0 and 60), consumes
+them from a queue bound to it in another process, and prints how late each arrived after its
+due time (publish time + delay) as percentiles, how many came early (must be 0) and how many
+never came or came twice. While it runs it prints, every ``--sample-every`` seconds, how many
+have arrived and what the Pulsar broker holds in memory (heap, old generation, its delayed
+index; bench/broker_memory.py), and at the end the largest of each. A script that prints
+figures, not a test.
 
 Without ``--url`` it starts ZooKeeper, Pulsar standalone (with the delayed-delivery settings
-of ``starlight_py.local``) and one proxy in a temporary folder, like ``starlight_py.bench``;
-STARLIGHT_PULSAR_URL & co. point it at servers you already run.
+of ``starlight_py.local``, ``--pulsar-set`` over them) and one proxy in a temporary folder,
+like ``starlight_py.bench``; STARLIGHT_PULSAR_URL & co. point it at servers you already run.
+With ``--url``, ``--pulsar-web-url`` says where the broker's metrics are.
 
 Message body: ``>qII`` = publish time (``time.time_ns()`` just before the publish call:
 Pulsar's broker compares the due time with its wall clock), sequence number, delay in ms.
@@ -28,13 +32,16 @@ import tempfile
 import time
 import uuid
 from array import array
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
+from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 from typing import Any
 
 import aio_pika
 
-from starlight_py.bench.infra import BenchError, private_proxy, say
+from starlight_py.bench.broker_memory import BrokerMemory, BrokerMemorySampler
+from starlight_py.bench.infra import BenchError, pulsar_settings, say, start_proxy, start_pulsar
 
 BODY = struct.Struct(">qII")
 # Publishes awaiting their confirm at once: enough to keep the proxy busy.
@@ -50,9 +57,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--messages", type=int, default=100_000, help="default: 100000")
     parser.add_argument(
+        "--min-delay", type=float, default=0.0, help="smallest x-delay in seconds (default: 0)"
+    )
+    parser.add_argument(
         "--max-delay", type=float, default=60.0, help="largest x-delay in seconds (default: 60)"
     )
     parser.add_argument("--url", help="an AMQP URL of a running proxy (nothing is started)")
+    parser.add_argument(
+        "--pulsar-web-url", help="with --url: the broker's web service, for its memory figures"
+    )
+    parser.add_argument(
+        "--pulsar-set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a key of the local Pulsar standalone's standalone.conf (repeatable)",
+    )
+    parser.add_argument(
+        "--sample-every",
+        type=float,
+        default=30.0,
+        help="seconds between progress lines and broker memory samples (default: 30)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="random seed of the delays")
     parser.add_argument("--keep", action="store_true", help="keep the servers' data and logs")
     return parser
@@ -61,21 +87,49 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: 0 when every message came once and none early, 1 otherwise."""
     args = build_parser().parse_args(argv)
-    if args.messages <= 0 or args.max_delay < 0:
-        print("--messages must be positive and --max-delay not negative", file=sys.stderr)
+    if args.messages <= 0 or not 0 <= args.min_delay <= args.max_delay or args.sample_every <= 0:
+        print(
+            "--messages and --sample-every must be positive, 0 <= --min-delay <= --max-delay",
+            file=sys.stderr,
+        )
         return 2
     with ExitStack() as stack:
-        url = args.url
+        url, web_url = args.url, args.pulsar_web_url
         if url is None:
             try:
-                url = private_proxy(stack, "starlight-delayed-", args.keep)
+                url, web_url = _private_servers(stack, args.keep, pulsar_settings(args.pulsar_set))
             except BenchError as e:
                 say(f"cannot run: {e}")
                 return 1
-        return _run(url, args.messages, args.max_delay, args.seed)
+        plan = Plan(args.messages, args.min_delay, args.max_delay, args.seed, args.sample_every)
+        return _run(url, web_url, plan)
 
 
-def _run(url: str, total: int, max_delay: float, seed: int) -> int:
+@dataclass(frozen=True)
+class Plan:
+    """What to publish, and how often to report."""
+
+    total: int
+    min_delay: float
+    max_delay: float
+    seed: int
+    sample_every: float
+
+
+def _private_servers(stack: ExitStack, keep: bool, settings: dict[str, str]) -> tuple[str, str]:
+    """ZooKeeper, Pulsar standalone and one proxy in a new temporary folder: the proxy's
+    amqp:// URL and the broker's web URL. Raises BenchError."""
+    work_dir = Path(tempfile.mkdtemp(prefix="starlight-delayed-"))
+    if keep:
+        say(f"servers and logs stay in {work_dir}")
+    else:
+        stack.callback(shutil.rmtree, work_dir, True)
+    endpoints = start_pulsar(stack, work_dir, pulsar_settings=settings)
+    return start_proxy(stack, work_dir, endpoints)[1], endpoints.web_url
+
+
+def _run(url: str, web_url: str | None, plan: Plan) -> int:
+    total, max_delay = plan.total, plan.max_delay
     suffix = uuid.uuid4().hex[:8]
     exchange, queue = f"bench-delayed-{suffix}", f"bench-delayed-{suffix}"
     asyncio.run(_declare(url, exchange, queue))
@@ -83,25 +137,36 @@ def _run(url: str, total: int, max_delay: float, seed: int) -> int:
     results = out_dir / "arrivals"
     context = multiprocessing.get_context("spawn")
     consuming, published_all = context.Event(), context.Event()
+    arrived = context.Value("q", 0)
     consumer = context.Process(
         target=_consumer_main,
-        args=(url, queue, total, max_delay, str(results), consuming, published_all),
+        args=(url, queue, total, max_delay, str(results), consuming, published_all, arrived),
         name="delayed-consumer",
     )
     consumer.start()
+    started = time.monotonic()
+
+    def progress(elapsed: float, memory: BrokerMemory) -> None:
+        say(
+            f"{elapsed:6.0f} s: {arrived.value:,} of {total:,} arrived; broker: {memory.describe()}"
+        )
+
+    sampler = BrokerMemorySampler(web_url, plan.sample_every, progress) if web_url else None
     try:
         if not consuming.wait(60):
             say("the consumer did not start within 60 s")
             return 1
-        started = time.monotonic()
-        confirmed = asyncio.run(_publish(url, exchange, total, max_delay, seed))
-        elapsed = time.monotonic() - started
-        say(f"published {total} messages ({confirmed} confirmed) in {elapsed:.1f} s")
-        published_all.set()
-        consumer.join()
+        with sampler or nullcontext():
+            confirmed = asyncio.run(_publish(url, exchange, plan))
+            elapsed = time.monotonic() - started
+            say(f"published {total} messages ({confirmed} confirmed) in {elapsed:.1f} s")
+            published_all.set()
+            consumer.join()
     finally:
         if consumer.is_alive():
             consumer.terminate()
+    if sampler is not None:
+        say(f"broker, largest of {sampler.peaks.samples} samples: {sampler.peaks.describe()}")
     try:
         _report(results, total, confirmed)
         ok = _ok(results, total)
@@ -133,16 +198,17 @@ async def _clean_up(url: str, exchange: str, queue: str) -> None:
         await channel.exchange_delete(exchange)
 
 
-async def _publish(url: str, exchange_name: str, total: int, max_delay: float, seed: int) -> int:
-    rng = random.Random(seed)
+async def _publish(url: str, exchange_name: str, plan: Plan) -> int:
+    rng = random.Random(plan.seed)
+    low, high = int(plan.min_delay * 1000), int(plan.max_delay * 1000)
     connection = await aio_pika.connect(url)
     confirmed = 0
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
         exchange = await channel.get_exchange(exchange_name, ensure=False)
         pending: set[asyncio.Future[Any]] = set()
-        for seq in range(total):
-            delay_ms = rng.randint(0, int(max_delay * 1000))
+        for seq in range(plan.total):
+            delay_ms = rng.randint(low, high)
             body = BODY.pack(time.time_ns(), seq, delay_ms)
             message = aio_pika.Message(body, headers={"x-delay": delay_ms})
             pending.add(asyncio.ensure_future(exchange.publish(message, "due")))
@@ -163,8 +229,11 @@ def _consumer_main(
     out: str,
     consuming: multiprocessing.synchronize.Event,
     published_all: multiprocessing.synchronize.Event,
+    arrived: Synchronized[int],
 ) -> None:
-    asyncio.run(_consume(url, queue, total, max_delay, Path(out), consuming, published_all))
+    asyncio.run(
+        _consume(url, queue, total, max_delay, Path(out), consuming, published_all, arrived)
+    )
 
 
 async def _consume(
@@ -175,6 +244,7 @@ async def _consume(
     out: Path,
     consuming: multiprocessing.synchronize.Event,
     published_all: multiprocessing.synchronize.Event,
+    arrived: Synchronized[int],
 ) -> None:
     # Flat arrays: sequence, publish ns, delay ms, arrival ns, redelivered flag of every
     # message received.
@@ -200,6 +270,7 @@ async def _consume(
         deadline: float | None = None
         while len(distinct) < total:  # duplicates do not count
             await asyncio.sleep(0.2)
+            arrived.value = len(seqs)
             if deadline is None and published_all.is_set():
                 deadline = time.monotonic() + max_delay + GRACE_SECONDS
             if deadline is not None and time.monotonic() > deadline:

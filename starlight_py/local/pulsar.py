@@ -99,6 +99,21 @@ def override_properties(text: str, overrides: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# x-delayed-message exchanges with very many pending messages: the bucket-based tracker keeps
+# their index in snapshot buckets in BookKeeper and loads each bucket's next segment as it
+# comes due, where the default in-memory tracker holds every pending message's entry in the
+# broker's heap. A bucket is sealed (written out) when its ledger is complete, so ledgers
+# must roll by size: with Pulsar's 10-minute minimum between rollovers, a million messages
+# published in 4 minutes sat in one unsealed bucket, all in memory (32 MiB of index).
+# Rollover then comes at managedLedgerMaxEntriesPerLedger (50,000 entries).
+DELAYED_INDEX_BROKER_SETTINGS = {
+    "delayedDeliveryTrackerFactoryClassName": (
+        "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
+    ),
+    "managedLedgerMinLedgerRolloverTimeMinutes": "0",
+}
+
+
 # Not needed by the proxy, but its latency at low rates (docs/operations.md#what-pulsar-needs,
 # measured in docs/performance.md), set on the local standalone and cluster:
 # - a subscription that has read everything looks for a new entry at once, not up to 10 ms
@@ -139,6 +154,10 @@ def standalone_conf(
             # rather than every second, so it is not much later either.
             "isDelayedDeliveryDeliverAtTimeStrict": "true",
             "delayedDeliveryTickTimeMillis": "100",
+            # ... and keep the index of the pending ones in BookKeeper, a bounded part of
+            # it in memory, not all of it in the broker's heap (a million pending messages
+            # in one queue; docs/operations.md#what-pulsar-needs).
+            **DELAYED_INDEX_BROKER_SETTINGS,
             # pulsarProducerBatching: a message of a batch entry is acknowledged (and
             # negatively acknowledged) alone, not with its whole batch.
             "acknowledgmentAtBatchIndexLevelEnabled": "true",

@@ -42,6 +42,7 @@ from starlight_py.local.errors import LocalInfraError
 from starlight_py.local.ports import LOOPBACK, ensure_port_free, free_port
 from starlight_py.local.process import LogScanner, ServerProcess, spawn, stop_together
 from starlight_py.local.pulsar import (
+    DELAYED_INDEX_BROKER_SETTINGS,
     EXIT_ON_OUT_OF_MEMORY,
     LOW_LATENCY_BOOKIE_SETTINGS,
     LOW_LATENCY_BROKER_SETTINGS,
@@ -63,6 +64,7 @@ BROKER_SETTINGS_THE_PROXY_NEEDS = {
     "brokerDeleteInactiveTopicsEnabled": "false",
     "isDelayedDeliveryDeliverAtTimeStrict": "true",
     "delayedDeliveryTickTimeMillis": "100",
+    **DELAYED_INDEX_BROKER_SETTINGS,
     "acknowledgmentAtBatchIndexLevelEnabled": "true",
     ROUND_ROBIN_BATCH: IN_TURNS,
     CURSOR_CLOSE_TO_METADATA_STORE: CURSOR_CLOSE_TO_LEDGER,

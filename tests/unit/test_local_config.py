@@ -63,6 +63,10 @@ def test_standalone_conf_rewrites_existing_keys_and_appends_missing_ones():
         "managedLedgerDefaultAckQuorum": "1",
         "isDelayedDeliveryDeliverAtTimeStrict": "true",
         "delayedDeliveryTickTimeMillis": "100",
+        "delayedDeliveryTrackerFactoryClassName": (
+            "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
+        ),
+        "managedLedgerMinLedgerRolloverTimeMinutes": "0",
         "acknowledgmentAtBatchIndexLevelEnabled": "true",
         # Competing consumers get a burst in turns.
         "dispatcherMaxRoundRobinBatchSize": "1",
