@@ -7,7 +7,9 @@ The at-least-once boundary: the source message is acknowledged after Pulsar conf
 dead letter, never before. A proxy that dies in between leaves the source message unacked,
 so Pulsar redelivers it and it is dead-lettered (or delivered) again: a duplicate in the
 dead-letter queue, never a loss. A failed republish (Pulsar refused it) negatively
-acknowledges the source message, which comes back to the queue.
+acknowledges the source message, which comes back to the queue. Within one connection a
+message read again (an acknowledgement lost while its topic moved, or a reader closed before
+the copy was confirmed) is not dead-lettered twice: core/dead_letter_memory.py.
 
 Dead letters are republished by one task per connection, in the order they died; Pulsar's
 send results come back through a Batcher (gateway/bridge.py). The Pulsar consumer that read
@@ -42,6 +44,7 @@ from starlight_py.backend.pulsar_client import (
     ProducerHandle,
     ReceivedMessage,
 )
+from starlight_py.core.dead_letter_memory import DeadLetterMemory, Seen
 from starlight_py.core.held import HeldCounts
 from starlight_py.gateway.bridge import Batcher
 from starlight_py.gateway.publish.default_binding import default_binding_ready
@@ -129,6 +132,11 @@ class DeadLetter:
     counted: bool = False  # held in the source's counts meanwhile (it died undelivered)
 
 
+def _key(item: DeadLetter) -> tuple[str, MessageIdRecord]:
+    """What identifies a dead letter's source message (core/dead_letter_memory.py)."""
+    return item.handle.subscription, item.message.position
+
+
 class DeadLetters:
     """The dead letters of one connection's channels."""
 
@@ -165,6 +173,7 @@ class DeadLetters:
         self._unsettled: Counter[int] = Counter()  # by channel: waiting or being sent
         self._sending: Counter[int] = Counter()  # by channel: handed to Pulsar
         self._holding: Counter[int] = Counter()  # by id() of the source's ConsumerHandle
+        self._memory: DeadLetterMemory[DeadLetter] = DeadLetterMemory()
         self._results: Batcher[tuple[_Copies, ProducerHandle, bool, str]] = Batcher(
             trio.lowlevel.current_trio_token(), self._on_results
         )
@@ -224,11 +233,22 @@ class DeadLetters:
             if counted and queue is not None and self.held is not None:
                 self.held.acknowledged(queue.name, 1, time.monotonic())
             return
+        item = DeadLetter(channel, handle, message, queue, reason, counted)
+        seen = self._memory.see(_key(item), item)
+        if seen is Seen.STORED:
+            # Read again after its dead letter was stored: the source acknowledgement was
+            # lost (its topic moved meanwhile). Acknowledged again, not dead-lettered twice.
+            handle.acknowledge(message)
+            if counted and self.held is not None:
+                self.held.acknowledged(queue.name, 1, time.monotonic())
+            return
         if counted and self.held is not None:
             self.held.hold(queue.name, 1)
-        self._waiting.append(DeadLetter(channel, handle, message, queue, reason, counted))
         self._unsettled[channel] += 1
         self._holding[id(handle)] += 1
+        if seen is Seen.ON_ITS_WAY:
+            return  # settled with the first copy, once Pulsar answers for it
+        self._waiting.append(item)
         self._wakeup.set()
         if not self._worker:
             self._worker = True
@@ -499,6 +519,11 @@ class DeadLetters:
                 pending.done(pending.ok, pending.error)
 
     def _settle(self, item: DeadLetter, requeue: bool) -> None:
+        """The outcome of `item`, and of its copies read again meanwhile."""
+        for each in (item, *self._memory.finish(_key(item), stored=not requeue)):
+            self._settle_one(each, requeue)
+
+    def _settle_one(self, item: DeadLetter, requeue: bool) -> None:
         if requeue:
             item.handle.negative_acknowledge(item.message)
         else:

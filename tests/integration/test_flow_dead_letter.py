@@ -11,6 +11,7 @@ after Pulsar stored the dead letter, so a proxy killed in between duplicates, ne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import signal
 import threading
@@ -25,8 +26,11 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
+from starlight_py.backend.pulsar_admin import PulsarAdmin
 from starlight_py.local import ServiceEndpoints
 from starlight_py.local.proxy import ProxyProcess
+from starlight_py.model import naming
+from starlight_py.model.namespaces import NamespaceName
 from tests.integration.conftest import Broker
 from tests.support import amqp_fixtures
 from tests.support.amqp_fixtures import Created, confirming_channel, drain, get_one, pump
@@ -488,3 +492,61 @@ def test_proxy_killed_while_dead_lettering_loses_nothing(
         f"rejected before the kill: {len(rejected)}, dead-lettered: {len(dead)}, "
         f"back in the queue: {len(back)}, both (at-least-once duplicates): {len(duplicated)}"
     )
+
+
+def test_rejects_while_the_source_topic_reloads_dead_letter_each_message_once(
+    proxy_only: None,
+    services: ServiceEndpoints,
+    connect: Callable[[], BlockingConnection],
+    created: Created,
+) -> None:
+    """A consumer rejects (requeue=false) 600 messages while the source queue's topic is
+    unloaded again and again: an acknowledgement pulsar-client could not send during a
+    reload is lost, so Pulsar sends the message again. Each message still reaches the DLQ
+    exactly once (core/dead_letter_memory.py), and none is lost."""
+    channel = confirming_channel(connect())
+    source, _, dlq = dead_letter_setup(channel, created)
+    total = 600
+    for i in range(total):
+        channel.basic_publish("", source, str(i).encode())
+    topic = naming.exchange_topic(NamespaceName("public", "default"), "", "direct", source)
+    admin = PulsarAdmin(services.pulsar_web_url)
+    rejected: list[int] = []
+    stop = threading.Event()
+
+    def unload_again_and_again() -> None:
+        # Spaced so that the consumer's Pulsar consumers reconnect in between; a topic
+        # unloaded every 150 ms kept a new subscription from being made at all.
+        for _ in range(8):
+            if stop.wait(0.5):
+                return
+            with contextlib.suppress(Exception):  # a reload already under way
+                admin.unload_topic(topic)
+
+    consumer = connect()
+    consuming = consumer.channel()
+    consuming.basic_qos(prefetch_count=20)
+
+    def on_message(c: BlockingChannel, method: Any, _p: Any, body: bytes) -> None:
+        rejected.append(int(body))
+        time.sleep(0.005)  # the rejects spread over several reloads
+        c.basic_reject(method.delivery_tag, requeue=False)
+
+    consuming.basic_consume(source, on_message)
+    pump([consumer], lambda: len(rejected) > 0, timeout=ARRIVAL)  # subscribed, reading
+    unloader = threading.Thread(target=unload_again_and_again, daemon=True)
+    unloader.start()
+    try:
+        pump([consumer], lambda: len(set(rejected)) >= total, timeout=120)
+    finally:
+        stop.set()
+        unloader.join(10)
+    assert set(rejected) == set(range(total))
+    dead = [int(body) for body in consume_all(connect(), dlq, total, timeout=60)]
+    assert len(dead) == len(set(dead)), (
+        f"{len(dead) - len(set(dead))} messages dead-lettered twice "
+        f"({len(rejected) - total} deliveries again after a reload)"
+    )
+    assert sorted(dead) == list(range(total))
+    consumer.close()
+    assert drain(channel, source, 0) == []
