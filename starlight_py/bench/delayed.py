@@ -41,7 +41,14 @@ from typing import Any
 import aio_pika
 
 from starlight_py.bench.broker_memory import BrokerMemory, BrokerMemorySampler
-from starlight_py.bench.infra import BenchError, pulsar_settings, say, start_proxy, start_pulsar
+from starlight_py.bench.infra import (
+    BenchError,
+    add_pulsar_set,
+    pulsar_settings,
+    say,
+    start_proxy,
+    start_pulsar,
+)
 
 BODY = struct.Struct(">qII")
 # Publishes awaiting their confirm at once: enough to keep the proxy busy.
@@ -66,13 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pulsar-web-url", help="with --url: the broker's web service, for its memory figures"
     )
-    parser.add_argument(
-        "--pulsar-set",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="a key of the local Pulsar standalone's standalone.conf (repeatable)",
-    )
+    add_pulsar_set(parser)
     parser.add_argument(
         "--sample-every",
         type=float,

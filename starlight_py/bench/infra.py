@@ -8,6 +8,7 @@ come from ``starlight_py.local`` (whose atexit hook is a second safety net).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -51,6 +52,17 @@ class PulsarEndpoints:
     zookeeper: str
     pulsar_pid: int | None  # None when the servers are someone else's (environment)
     zookeeper_pid: int | None = None  # the local ZooKeeper's JVM, when it is ours
+
+
+def add_pulsar_set(parser: argparse.ArgumentParser, more_help: str = "") -> None:
+    """The benches' repeatable ``--pulsar-set KEY=VALUE`` (read by `pulsar_settings`)."""
+    parser.add_argument(
+        "--pulsar-set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a key of the local Pulsar standalone's standalone.conf (repeatable)" + more_help,
+    )
 
 
 def pulsar_settings(pairs: Sequence[str]) -> dict[str, str]:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from starlight_py.bench.infra import add_pulsar_set
 from starlight_py.bench.load_result import SCENARIOS as JAVA_SCENARIOS
 
 CLIENTS = ("java", "python")
@@ -235,14 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra --set for the proxy (repeatable), e.g. logLevel=WARNING",
     )
-    parser.add_argument(
-        "--pulsar-set",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="a key of the local Pulsar standalone's standalone.conf (repeatable), e.g. "
-        "managedLedgerNewEntriesCheckDelayInMillis=10: compare broker settings in one run's "
-        "conditions",
+    add_pulsar_set(
+        parser,
+        ", e.g. managedLedgerNewEntriesCheckDelayInMillis=10: compare broker settings in one "
+        "run's conditions",
     )
     parser.add_argument(
         "--profile",

@@ -42,6 +42,7 @@ from typing import Any
 from starlight_py.bench.infra import (
     BenchError,
     GroupProcess,
+    add_pulsar_set,
     pulsar_settings,
     say,
     start_proxy,
@@ -221,13 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra --set for the proxy (repeatable)",
     )
-    parser.add_argument(
-        "--pulsar-set",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="a key of the local Pulsar standalone's standalone.conf (repeatable)",
-    )
+    add_pulsar_set(parser)
     parser.add_argument(
         "--work-dir",
         type=Path,
