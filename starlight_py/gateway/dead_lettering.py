@@ -229,18 +229,14 @@ class DeadLetters:
         source's counts learn of it here rather than from a channel's ack or reject."""
         counted = undelivered and queue is not None and self.held is not None
         if queue is None or policy_of(queue).dead_letter_exchange is None:
-            handle.acknowledge(message)
-            if counted and queue is not None and self.held is not None:
-                self.held.acknowledged(queue.name, 1, time.monotonic())
+            self._drop(handle, message, queue, counted)
             return
         item = DeadLetter(channel, handle, message, queue, reason, counted)
         seen = self._memory.see(_key(item), item)
         if seen is Seen.STORED:
-            # Read again after its dead letter was stored: the source acknowledgement was
-            # lost (its topic moved meanwhile). Acknowledged again, not dead-lettered twice.
-            handle.acknowledge(message)
-            if counted and self.held is not None:
-                self.held.acknowledged(queue.name, 1, time.monotonic())
+            # Read again after its dead letter was stored (say, its source acknowledgement
+            # was lost while the topic moved): acknowledged again, not dead-lettered twice.
+            self._drop(handle, message, queue, counted)
             return
         if counted and self.held is not None:
             self.held.hold(queue.name, 1)
@@ -253,6 +249,15 @@ class DeadLetters:
         if not self._worker:
             self._worker = True
             self.spawn(self._work)
+
+    def _drop(
+        self, handle: ConsumerHandle, message: ReceivedMessage, queue: Queue | None, counted: bool
+    ) -> None:
+        """Acknowledge a dying message without a dead letter; `counted`: it died
+        undelivered, so the source's counts learn of it here."""
+        handle.acknowledge(message)
+        if counted and queue is not None and self.held is not None:
+            self.held.acknowledged(queue.name, 1, time.monotonic())
 
     def _returned(self, handle: ConsumerHandle, message: ReceivedMessage) -> int:
         return max(message.redelivery_count, self.returns(handle.subscription, message.position))
