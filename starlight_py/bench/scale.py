@@ -222,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra --set for the proxy (repeatable)",
     )
+    parser.add_argument(
+        "--proxy-code",
+        type=Path,
+        metavar="DIR",
+        help="run the proxy from another checkout (its top folder, holding starlight_py/), "
+        "e.g. a `git worktree` of an older commit: a before and an after on one machine",
+    )
     add_pulsar_set(parser)
     parser.add_argument(
         "--work-dir",
@@ -328,7 +335,9 @@ def _start_servers(args: argparse.Namespace, stack: ExitStack, work_dir: Path) -
         rabbit, urls["rabbitmq"] = start_rabbitmq(stack, work_dir)
     if "proxy" in args.targets:
         endpoints = start_pulsar(stack, work_dir, pulsar_settings=pulsar_settings(args.pulsar_set))
-        proxy, urls["proxy"] = start_proxy(stack, work_dir, endpoints, args.proxy_set)
+        proxy, urls["proxy"] = start_proxy(
+            stack, work_dir, endpoints, args.proxy_set, code=args.proxy_code
+        )
         say(f"proxy ready at {urls['proxy']}")
         roots["proxy"] = {"proxy": proxy.pid}
         if endpoints.pulsar_pid is not None:

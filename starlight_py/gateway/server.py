@@ -35,8 +35,9 @@ from starlight_py.config import (
     StarlightConfig,
 )
 from starlight_py.gateway.bridge import take_from_pulsar_threads
+from starlight_py.gateway.connection.accepting import serve_clients
 from starlight_py.gateway.connection.client_connection import ClientConnection
-from starlight_py.gateway.connection.connection_limits import Admission, ConnectionLimits
+from starlight_py.gateway.connection.connection_limits import Admission, ConnectionLimits, Ticket
 from starlight_py.gateway.connection.connection_report import connection_name, describe_connections
 from starlight_py.gateway.connection.proxy_protocol import read_proxy_header
 from starlight_py.gateway.connection.tls import (
@@ -328,6 +329,8 @@ def live_counts(services: ProxyServices) -> LiveCounts:
         by_vhost,
         quiet_connections=len(quiet) if quiet is not None else 0,
         quiet_heartbeats=quiet.heartbeats if quiet is not None else 0,
+        parked_connections=len(quiet.parking) if quiet is not None else 0,
+        resumed_connections=quiet.parking.resumed if quiet is not None else 0,
     )
 
 
@@ -509,10 +512,8 @@ async def _serve(
                         accepting.cancel,
                         nursery.cancel_scope.cancel,
                     )
-                await trio.serve_listeners(
-                    partial(_serve_client, config, services),
-                    listeners,
-                    handler_nursery=connections,
+                await serve_clients(
+                    partial(_serve_client, config, services), listeners, connections
                 )
 
 
@@ -579,7 +580,23 @@ async def _serve_client(
     services: ProxyServices,
     stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
 ) -> None:
-    """One accepted client, from its PROXY header and admission to its connection's end."""
+    """One accepted client, from its PROXY header and admission to its connection's end,
+    or until its connection parks (gateway/connection/parking.py): then the connection
+    owns its stream, and closes it when it ends."""
+    parked = False
+    try:
+        parked = await _admit_and_run(config, services, stream)
+    finally:
+        if not parked:
+            await trio.aclose_forcefully(stream)
+
+
+async def _admit_and_run(
+    config: StarlightConfig,
+    services: ProxyServices,
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
+) -> bool:
+    """True when the connection parked (it lives on without this task)."""
     is_tls = isinstance(stream, trio.SSLStream)
     sock = stream.transport_stream.socket if isinstance(stream, trio.SSLStream) else stream.socket
     try:
@@ -595,7 +612,7 @@ async def _serve_client(
         if config.proxy_protocol and isinstance(stream, trio.SocketStream):
             found = await _proxy_header(stream, config.handshake_timeout, peer)
             if found is None:
-                return
+                return False
             header, client_stream = found
             if header.source is not None:
                 host = header.source[0]
@@ -604,17 +621,17 @@ async def _serve_client(
         if ticket.admission is Admission.DROP:
             log.warning("dropped connection from %s: %s", peer, ticket.reason)
             await trio.aclose_forcefully(client_stream)
-            return
+            return False
         if ticket.admission is Admission.REFUSE:
             log.warning("refusing connection from %s: %s", peer, ticket.reason)
     except Exception:
         log.exception("connection from %s failed", peer)
-        return
+        return False
     try:
         if isinstance(stream, trio.SSLStream):
             # In this connection's own task: a slow handshake delays no one else.
             if not await complete_handshake(stream, config.tls_handshake_timeout, peer):
-                return
+                return False
             certificate = peer_certificate(stream)
         connection = ClientConnection(
             client_stream,
@@ -627,16 +644,22 @@ async def _serve_client(
         connection.local = local
         services.connections.add(connection)
         services.report_changes += 1
-        try:
-            await connection.run()
-        finally:
-            services.connections.discard(connection)
-            services.report_changes += 1
+        connection.on_end = partial(_connection_ended, services, connection, ticket)
+        if await connection.run():
+            return True
     except Exception:
         # One connection's failure must never take the listener down.
         log.exception("connection from %s failed", peer)
-    finally:
-        services.limits.release(ticket)
+    services.limits.release(ticket)
+    return False
+
+
+def _connection_ended(
+    services: ProxyServices, connection: ClientConnection, ticket: Ticket
+) -> None:
+    services.connections.discard(connection)
+    services.report_changes += 1
+    services.limits.release(ticket)
 
 
 async def _start_endpoints(
@@ -677,6 +700,8 @@ def _start_duties(
     assert services.pre_acks is not None
     nursery.start_soon(take_from_pulsar_threads)
     nursery.start_soon(services.timers.run)
+    if services.quiet is not None:
+        nursery.start_soon(services.quiet.parking.run)
     nursery.start_soon(services.producers.close_idle_forever)
     nursery.start_soon(services.reaper.run)
     nursery.start_soon(services.held.publish_forever)

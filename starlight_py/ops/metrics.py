@@ -29,6 +29,9 @@ class LiveCounts:
     # read (gateway/connection/quiet_sockets.py).
     quiet_connections: int = 0
     quiet_heartbeats: int = 0
+    # Quiet connections with no channel that keep no task (gateway/connection/parking.py).
+    parked_connections: int = 0
+    resumed_connections: int = 0  # parked connections that got a task again, since the start
 
 
 class _LiveState(Collector):
@@ -79,6 +82,17 @@ class _LiveState(Collector):
             "Connections that received nothing but heartbeats for "
             "amqpQuietConnectionAfterMillis: only more than a heartbeat wakes them.",
             value=counts.quiet_connections,
+        )
+        yield GaugeMetricFamily(
+            "starlight_parked_connections",
+            "Quiet connections with no channel that keep no task: one epoll set of the "
+            "process watches their sockets.",
+            value=counts.parked_connections,
+        )
+        yield CounterMetricFamily(
+            "starlight_connections_resumed",
+            "Parked connections that got a task again (a frame, an end, output to write).",
+            value=counts.resumed_connections,
         )
         yield CounterMetricFamily(
             "starlight_quiet_heartbeats",

@@ -27,6 +27,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 
 from starlight_py.local import ServiceEndpoints, free_port
 from starlight_py.local.proxy import ProxyProcess
+from tests.integration.test_quiet_connections import metric
 from tests.support.proxy_runner import ProxyThread
 from tests.support.raw_amqp import RawClient
 
@@ -405,3 +406,25 @@ def test_sigterm_stops_a_proxy_still_waiting_for_zookeeper(
         assert proxy.wait_exited(EXIT_MARGIN) == 0
     finally:
         proxy.stop()
+
+
+def test_sigterm_closes_a_parked_connection_with_320_and_exits(
+    start_proxy_process: ProxyStarter,
+) -> None:
+    """A quiet connection with no channel keeps no task (parked): the shutdown still
+    sends it connection.close, and its close-ok ends the drain."""
+    doomed = start_proxy_process(shutdownDrainMillis="500", amqpQuietConnectionAfterMillis="300")
+    client = RawClient("127.0.0.1", doomed.port)
+    try:
+        client.handshake(heartbeat=5)
+        wait_until(
+            lambda: metric(f"{doomed.metrics_url}/metrics", "starlight_parked_connections") == 1,
+            10,
+            "the connection parked",
+        )
+        doomed.process.send_signal(signal.SIGTERM)
+        close = client.expect_connection_close(timeout=EXIT_MARGIN)
+        assert (close.reply_code, close.reply_text) == (320, SHUTDOWN_TEXT)
+        assert doomed.process.wait_exited(EXIT_MARGIN) == 0
+    finally:
+        client.close()

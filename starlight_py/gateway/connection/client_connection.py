@@ -1,13 +1,18 @@
-"""The I/O shell around one `AMQPConnection`: a socket, three tasks, and the dispatch of events.
+"""The I/O shell around one `AMQPConnection`: a socket, its tasks, and the dispatch of events.
 
 Tasks (one nursery per connection):
-- reader: the socket's bytes (read directly on plain TCP, see `_receive`) -> `receive_data`
-  -> handle each event in order;
-- writer: the only task that sends; it wakes when there is something queued and sends it
-  all with one `send_all` (batching frames queued by several events or deliveries);
-- timers: handshake deadline, heartbeats both ways (two missed intervals disconnects),
-  the bounded wait for close-ok after we closed the connection, and the expiry of the
-  login token (320, unless connection.update-secret renewed it).
+- reader (the connection's own task): the socket's bytes (read directly on plain TCP, see
+  `_receive`) -> `receive_data` -> handle each event in order;
+- writer: on plain TCP output is written straight to the socket when it takes it all
+  (`_kick`); the writer task is started for what it does not take, and ends when that is
+  written. On TLS it runs for the connection's life, the only task that sends;
+- timers (one task of the process for every connection, connection_timers.py): handshake
+  deadline, heartbeats both ways (two missed intervals disconnects), the bounded wait for
+  close-ok after we closed the connection, and the expiry of the login token (320, unless
+  connection.update-secret renewed it).
+
+A quiet plain TCP connection with no channel parks (parking.py): its reader ends too, and
+the process's parking lot resumes it in a new task when it has more to do.
 
 Every exception from handling an event ends in `AMQPConnection.fail`, the one place that
 picks channel.close or connection.close.
@@ -107,16 +112,20 @@ class ClientConnection:
         "_nursery",
         "_output_hold",
         "_output_taken",
+        "_parked",
         "_tally",
         "_timed",
+        "_waiting",
         "_wakeup",
         "_writer_busy",
+        "_writer_running",
         "channels",
         "conn",
         "connected_at",
         "id",
         "local",
         "messages",
+        "on_end",
         "peer",
         "peer_certificate",
         "principal",
@@ -163,16 +172,18 @@ class ClientConnection:
             TransactionLimit.for_message_size(services.server_settings.max_message_size)
         )
         self._nursery: trio.Nursery | None = None
-        self._bindings_changed = trio.Event()
+        # Events are made when a task is to wait on them (an idle connection keeps none).
+        self._bindings_changed: trio.Event | None = None
         self._following = False  # whether `_follow_bindings` runs
         # The queues of this vhost changed since consumers last followed (None: any).
         self._changed_queues: set[str] | None = set()
-        self._wakeup = trio.Event()
-        self._output_taken = trio.Event()
+        self._wakeup: trio.Event | None = None  # what the writer waits on
+        self._output_taken: trio.Event | None = None  # what a reader held by output waits on
         # Plain TCP: output is written to the socket's file descriptor directly when the
         # writer task has nothing pending (see _kick); -1 for TLS and other streams.
         self._direct_fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
         self._writer_busy = False
+        self._writer_running = False  # whether the writer task runs (`_wake_writer`)
         # Set while a closing connection's exclusive queues are deleted: nothing is written.
         self._output_hold: trio.Event | None = None
         self._backlog = b""  # taken from the connection, not written yet (the writer's)
@@ -183,6 +194,12 @@ class ClientConnection:
         # (`_low_water`, quiet_sockets.py).
         self._last_active = trio.current_time()
         self._low_water = False
+        # While the reader waits for the socket on plain TCP: its cancellation asks the
+        # reader to park (`_ask_to_park`).
+        self._waiting: trio.CancelScope | None = None
+        self._parked = False  # no task: the parking lot watches the socket (parking.py)
+        # Called once when the connection is over (the server's bookkeeping).
+        self.on_end: Callable[[], None] | None = None
         self._handshake_deadline = trio.current_time() + services.config.handshake_timeout
         self._close_deadline: float | None = None
         self._timed = False  # while the process's timers keep its deadlines (`on_timer`)
@@ -191,29 +208,73 @@ class ClientConnection:
         self._handling_input = False
         self._log = logging.LoggerAdapter(log, {"conn": self.id})
 
-    async def run(self) -> None:
+    async def run(self) -> bool:
+        """Serve the connection until it is over (False), or until it parks (True): it
+        keeps no task then, and the parking lot resumes it in a new one (`resume`)."""
         # Tasks started from here inherit it: their records name this connection.
         current_connection.set(self.id)
-        self._log.debug("%s accepted from %s", self.id, self.peer)
         timers = self.services.timers
-        self._timed = True
-        now = trio.current_time()
-        timers.schedule(self, now + self._next_tick(now, 0))
+        if not self._timed:
+            self._log.debug("%s accepted from %s", self.id, self.peer)
+            self._timed = True
+            now = trio.current_time()
+            timers.schedule(self, now + self._next_tick(now, 0))
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._read_loop, nursery.cancel_scope)
-                nursery.start_soon(self._write_loop, nursery.cancel_scope)
+                if self._direct_fd < 0:
+                    self._writer_running = True
+                    nursery.start_soon(self._write_loop, nursery.cancel_scope)
+                elif self.conn.closed or self._writer_busy:
+                    self._wake_writer()  # what woke a parked connection
+                await self._read_loop(nursery.cancel_scope)
         finally:
             self._nursery = None  # closed: nothing more starts in it
-            self._timed = False
-            timers.cancel(self)
+            if not self._parked:
+                await self._end()
+        return self._parked
+
+    async def resume(self) -> None:
+        """A parked connection goes on, in the parking lot's task (parking.py)."""
+        self._parked = False
+        try:
+            await self.run()
+        except Exception:
+            self._log.exception("%s failed", self.id)
+
+    def needs_task(self) -> bool:
+        """Its parked socket became readable (parking.py): heartbeats are read here."""
+        return not self._drain_heartbeats(trio.current_time())
+
+    def close_parked(self) -> None:
+        """The proxy stops while this connection is parked: its socket closes now, and
+        it is over."""
+        self._parked = False
+        self._timed = False
+        self.services.timers.cancel(self)
+        self.conn.abort()
+        try:
+            cast(trio.SocketStream, self.stream).socket.close()  # parked: plain TCP
+        finally:
+            self._ended()
+
+    async def _end(self) -> None:
+        self._timed = False
+        self.services.timers.cancel(self)
+        try:
             await self._hang_up()
             await self._release()
-            # Connections that never opened a vhost (load balancer health checks, port
-            # scans) are logged at DEBUG: twice a second per proxy behind HAProxy.
-            level = logging.INFO if self.vhost is not None else logging.DEBUG
-            self._log.log(level, "%s from %s closed", self.id, self.peer)
+        finally:
+            self._ended()
+
+    def _ended(self) -> None:
+        # Connections that never opened a vhost (load balancer health checks, port
+        # scans) are logged at DEBUG: twice a second per proxy behind HAProxy.
+        level = logging.INFO if self.vhost is not None else logging.DEBUG
+        self._log.log(level, "%s from %s closed", self.id, self.peer)
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end()
 
     async def _release(self) -> None:
         """What dies with the connection: its consumers (the broker requeues what they
@@ -248,7 +309,7 @@ class ClientConnection:
             if not mine:
                 return
             self._changed_queues |= mine
-        self._bindings_changed.set()
+        self._changes_to_follow()
         if not self._following and self._nursery is not None:
             # Started by the first change that concerns a consumer: an idle connection
             # keeps no task for it. (Called from the process's change notice: it must
@@ -259,11 +320,18 @@ class ClientConnection:
             except RuntimeError:
                 self._following = False
 
+    def _changes_to_follow(self) -> None:
+        if self._bindings_changed is None:
+            self._bindings_changed = trio.Event()
+        self._bindings_changed.set()
+
     async def _follow_bindings(self) -> None:
         """Consumers follow bindings added (and queues deleted) after they started."""
         while True:
+            if self._bindings_changed is None:
+                self._bindings_changed = trio.Event()
             await self._bindings_changed.wait()
-            self._bindings_changed = trio.Event()
+            self._bindings_changed = None
             changed, self._changed_queues = self._changed_queues, set()
             if self.messages is not None:
                 try:
@@ -272,13 +340,15 @@ class ClientConnection:
                     self._log.warning("%s: following binding changes failed: %s", self.id, e)
                     await trio.sleep(1)
                     self._changed_queues = None
-                    self._bindings_changed.set()
+                    self._changes_to_follow()
 
     # ---- reading ----------------------------------------------------------------------------
 
     async def _read_loop(self, scope: trio.CancelScope) -> None:
         while not self.conn.closed:
             data = await self._receive()
+            if data is None:
+                return  # parked
             if not data:
                 self._log.debug("%s: peer closed the socket", self.id)
                 self.conn.abort()
@@ -307,8 +377,9 @@ class ClientConnection:
             self._handling_input = False
             self._kick()
 
-    async def _receive(self) -> bytes | bytearray:
-        """The next bytes the client sent; b"" when it closed the socket or it broke. On
+    async def _receive(self) -> bytes | bytearray | None:
+        """The next bytes the client sent; b"" when it closed the socket or it broke; None
+        when the connection parked instead (`_ask_to_park`). On
         plain TCP the socket is read directly once it is readable: trio's receive_some
         reads first and waits after, so every read that finds the client idle makes a
         failed recv and raises BlockingIOError, and every read that finds bytes yields to
@@ -331,13 +402,20 @@ class ClientConnection:
                 # Nothing but heartbeats for a while: only more than a heartbeat wakes
                 # this wait (the timers drain the heartbeats: on_timer).
                 self._set_low_water(True)
-            try:
-                await trio.lowlevel.wait_readable(fd)
-            except trio.ClosedResourceError:
-                return b""
-            finally:
-                if self._low_water:
-                    self._set_low_water(False)  # read everything there, as usual
+            with trio.CancelScope() as waiting:
+                self._waiting = waiting
+                try:
+                    await trio.lowlevel.wait_readable(fd)
+                except trio.ClosedResourceError:
+                    return b""
+                finally:
+                    self._waiting = None
+            if waiting.cancelled_caught and self._park():
+                return None  # the socket keeps its raised mark
+            if self._low_water:
+                self._set_low_water(False)  # read everything there, as usual
+            if waiting.cancelled_caught:
+                continue  # it could not park after all
             try:
                 return os.read(fd, RECEIVE_SIZE)
             except BlockingIOError:
@@ -352,14 +430,57 @@ class ClientConnection:
             if counts is not None:
                 counts.quiet += 1 if quiet else -1
 
-    def _drain_heartbeats(self, now: float) -> None:
+    # ---- parking (parking.py) -----------------------------------------------------------------
+
+    def _parkable(self, now: float) -> bool:
+        """Quiet, plain TCP, open, with no channel and nothing in progress: nothing it
+        keeps needs a task until the client sends more than a heartbeat."""
+        quiet = self.services.quiet
+        nursery = self._nursery
+        return (
+            quiet is not None
+            and self._direct_fd >= 0
+            and self.conn.is_open
+            and not self.channels
+            and self.messages is None
+            and (self.vhost is None or not self.vhost.exclusive_queues)
+            and nursery is not None
+            and not nursery.child_tasks
+            and not self._writer_running
+            and not self._writer_busy
+            and not self.conn.pending_output
+            and self._output_hold is None
+            and self._input_gate is None
+            and not self._handling_input
+            and now - self._last_active >= quiet.park_after
+        )
+
+    def _ask_to_park(self, now: float) -> None:
+        """From the timers: a quiet connection's reader stops waiting, to park."""
+        if self._waiting is not None and self._parkable(now):
+            self._waiting.cancel()
+
+    def _park(self) -> bool:
+        """The reader parks the connection, if it still may; True when it did."""
+        quiet = self.services.quiet
+        if quiet is None or not self._parkable(trio.current_time()):
+            return False
+        if not self._low_water:
+            self._set_low_water(True)
+        if not self._low_water or not quiet.parking.park(self._direct_fd, self):
+            return False
+        self._parked = True
+        return True
+
+    def _drain_heartbeats(self, now: float) -> int:
         """The heartbeats a quiet connection's socket holds (they do not wake the reader)
-        are read here, and count as heard."""
+        are read here, and count as heard; how many."""
         beats = drain_heartbeats(self._direct_fd)
         if beats:
             self._last_received = now
             if self.services.quiet is not None:
                 self.services.quiet.heartbeats += beats
+        return beats
 
     async def _handle(self, event: ev.Event) -> None:
         channel = getattr(event, "channel", 0)
@@ -708,7 +829,7 @@ class ClientConnection:
             return  # written once the connection's exclusive queues are gone
         conn = self.conn
         if conn.closed:
-            self._wakeup.set()
+            self._wake_writer()
             return
         if not conn.pending_output:
             return
@@ -718,7 +839,7 @@ class ClientConnection:
             self._wake_timers()  # it starts counting the wait for close-ok
         fd = self._direct_fd
         if fd < 0 or self._writer_busy:
-            self._wakeup.set()
+            self._wake_writer()
             return
         data = conn.data_to_send()
         try:
@@ -730,14 +851,31 @@ class ClientConnection:
         if sent < len(data):
             self._backlog = data[sent:]
             self._writer_busy = True
-            self._wakeup.set()
+            self._wake_writer()
             return
         self._sent(len(data))
+
+    def _wake_writer(self) -> None:
+        """The writer task is to send what the socket did not take, or to end a closed
+        connection: woken, or started (plain TCP), or the connection resumed if parked."""
+        if self._wakeup is not None:
+            self._wakeup.set()
+        if self._writer_running:
+            return
+        if self._parked:
+            self._parked = False
+            if self.services.quiet is not None:
+                self.services.quiet.parking.resume(self._direct_fd)  # its run() starts it
+            return
+        if self._nursery is not None:
+            self._writer_running = True
+            self._nursery.start_soon(self._write_loop, self._nursery.cancel_scope)
 
     def _sent(self, size: int) -> None:
         """What was queued has been written."""
         self._last_sent = trio.current_time()
-        self._output_taken.set()
+        if self._output_taken is not None:
+            self._output_taken.set()
         if self.messages is not None:
             self.messages.publish_tally()
             if size >= MAX_OUTPUT_BACKLOG:
@@ -747,9 +885,8 @@ class ClientConnection:
                     self._kick()
 
     async def _write_loop(self, scope: trio.CancelScope) -> None:
+        """TLS: for the connection's life. Plain TCP: until what waited is written."""
         while True:
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
             while (hold := self._output_hold) is not None:
                 await hold.wait()
             while True:
@@ -765,10 +902,17 @@ class ClientConnection:
                     return
                 self._sent(len(data))
             self._writer_busy = False
-            self._output_taken.set()
+            if self._output_taken is not None:
+                self._output_taken.set()
             if self.conn.closed:
                 scope.cancel()
                 return
+            if self._direct_fd >= 0:
+                self._writer_running = False
+                return
+            self._wakeup = trio.Event()
+            await self._wakeup.wait()
+            self._wakeup = None
 
     # ---- timers -----------------------------------------------------------------------------
 
@@ -788,6 +932,8 @@ class ClientConnection:
         self._kick(reported=not beat_only)
         if self.conn.closed:
             return None  # its tasks end, and take it off the timers
+        if beat_only and not self._parked:
+            self._ask_to_park(now)
         return now + self._next_tick(now, heartbeat)
 
     def _check_deadlines(self, now: float, heartbeat: int) -> bool:
@@ -846,6 +992,11 @@ class ClientConnection:
             due.append(self._last_received + 2 * heartbeat - now)
         if self._credential_deadline is not None:
             due.append(self._credential_deadline - now)
+        quiet = self.services.quiet
+        if quiet is not None and self._waiting is not None and self.messages is None:
+            parks_in = self._last_active + quiet.park_after - now
+            if parks_in > 0:
+                due.append(parks_in)  # when it may park (`_ask_to_park`)
         return max(0.05, min(due))
 
     # ---- graceful shutdown (see gateway/shutdown.py) ----------------------------------------

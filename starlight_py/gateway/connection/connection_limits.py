@@ -25,13 +25,15 @@ class Admission(Enum):
     DROP = auto()  # close the socket at once
 
 
-@dataclass
+@dataclass(slots=True)
 class Ticket:
-    """One accepted socket's place in the counts; give it back with `release`."""
+    """One accepted socket's place in the counts; give it back with `release` (once;
+    later calls change nothing)."""
 
     address: str
     admission: Admission
     reason: str = ""
+    released: bool = False
 
 
 @dataclass
@@ -66,6 +68,9 @@ class ConnectionLimits:
         return Ticket(address, Admission.REFUSE, reason)
 
     def release(self, ticket: Ticket) -> None:
+        if ticket.released:
+            return
+        ticket.released = True
         if ticket.admission is Admission.REFUSE:
             self.refusing -= 1
         elif ticket.admission is Admission.ADMITTED:

@@ -21,10 +21,17 @@ from __future__ import annotations
 import os
 import socket
 
+from starlight_py.gateway.connection.parking import ParkingLot
+
 # A heartbeat frame on channel 0, as clients send it (type 8, channel 0, size 0, frame end).
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 QUIET_LOW_WATER = len(HEARTBEAT_FRAME) + 1
 _PEEK = 8 * len(HEARTBEAT_FRAME)  # what a drain looks at: up to eight heartbeats
+# s: a connection with no channel parks after this long with nothing but heartbeats (or
+# after `quiet_after`, when shorter). Soon, so that a burst of new connections does not
+# hold a task each for long: the memory of their tasks is reused by the next ones instead
+# of staying with the process.
+PARK_AFTER = 1.0
 
 
 def only_heartbeats(data: bytes | bytearray) -> bool:
@@ -75,14 +82,17 @@ def drain_heartbeats(fd: int) -> int:
 
 
 class QuietSockets:
-    """The process's quiet connections, counted (metrics)."""
+    """The process's quiet connections, counted (metrics), and the lot where those with no
+    channel are parked (parking.py)."""
 
     def __init__(self, quiet_after: float) -> None:
         """`quiet_after`: seconds with nothing but heartbeats received before a
         connection's socket wakes it only for more."""
         self.quiet_after = quiet_after
+        self.park_after = min(quiet_after, PARK_AFTER)
         self.quiet = 0  # connections whose socket has the raised mark now
         self.heartbeats = 0  # drained by the timers, since the start
+        self.parking = ParkingLot()
 
     def __len__(self) -> int:
         return self.quiet

@@ -1,0 +1,105 @@
+"""The parking lot of quiet connections (gateway/connection/parking.py), over socket pairs:
+a parked socket that gets bytes resumes its connection in a task of the lot, unless the
+connection says they were only heartbeats; a resume asked for by the connection itself
+happens once; the connections still parked when the lot stops are closed."""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+
+from starlight_py.gateway.connection.parking import ParkingLot
+
+
+class Parked:
+    def __init__(self, sock: socket.socket, heartbeats_only: bool = False) -> None:
+        self.sock = sock
+        self.heartbeats_only = heartbeats_only
+        self.looked = 0
+        self.resumed = 0
+        self.closed = False
+
+    def needs_task(self) -> bool:
+        self.looked += 1
+        if self.heartbeats_only:
+            self.sock.recv(1024)  # read them: the socket is not readable any more
+            return False
+        return True
+
+    async def resume(self) -> None:
+        self.resumed += 1
+
+    def close_parked(self) -> None:
+        self.closed = True
+        self.sock.close()
+
+
+def pair() -> tuple[socket.socket, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    return ours, theirs
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await trio.sleep(0.01)
+
+
+def test_bytes_resume_a_parked_connection_once_and_heartbeats_do_not() -> None:
+    lot = ParkingLot()
+    (a, a_peer), (b, b_peer) = pair(), pair()
+    talker, beater = Parked(a), Parked(b, heartbeats_only=True)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lot.run)
+            await settle()
+            assert lot.park(a.fileno(), talker) and lot.park(b.fileno(), beater)
+            assert not lot.park(a.fileno(), talker)  # already parked
+            assert len(lot) == 2
+            await settle()
+            assert (talker.looked, talker.resumed) == (0, 0)  # nothing to read yet
+            b_peer.send(b"\x08\x00\x00\x00\x00\x00\x00\xce" * 2)
+            a_peer.send(b"a frame")
+            await settle()
+            assert (talker.resumed, beater.resumed, beater.looked) == (1, 0, 1)
+            assert len(lot) == 1 and lot.resumed == 1
+            a_peer.send(b"more")  # not parked any more: the lot does not look
+            await settle()
+            assert talker.looked == 1
+            lot.resume(b.fileno())  # the connection asks (output to write, a close)
+            lot.resume(b.fileno())
+            await settle()
+            assert beater.resumed == 1 and len(lot) == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert not talker.closed and not beater.closed
+    for sock in (a, a_peer, b, b_peer):
+        sock.close()
+
+
+def test_the_connections_still_parked_are_closed_when_the_lot_stops() -> None:
+    lot = ParkingLot()
+    ours, theirs = pair()
+    parked = Parked(ours)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lot.run)
+            await settle()
+            assert lot.park(ours.fileno(), parked)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert parked.closed and len(lot) == 0
+    assert theirs.recv(10) == b""  # the peer sees the end
+    theirs.close()
+
+
+def test_nothing_parks_while_the_lot_is_not_running() -> None:
+    ours, theirs = pair()
+    assert not ParkingLot().park(ours.fileno(), Parked(ours))
+    ours.close()
+    theirs.close()
