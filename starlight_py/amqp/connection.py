@@ -177,6 +177,11 @@ class AMQPConnection:
         return [n for n, ch in self._channels.items() if ch.state is ChannelState.OPEN]
 
     @property
+    def mid_frame(self) -> bool:
+        """Whether the input so far ends inside a frame (the next bytes continue it)."""
+        return self._decoder.buffered > 0
+
+    @property
     def buffered_input(self) -> int:
         """Bytes held for partial frames and partial messages (bounded by frame_max and
         max_message_size per channel); exposed for memory tests and metrics."""

@@ -14,6 +14,7 @@ import pytest
 from starlight_py.gateway.connection.quiet_sockets import (
     HEARTBEAT_FRAME,
     drain_heartbeats,
+    leading_heartbeats,
     only_heartbeats,
     set_low_water,
 )
@@ -84,22 +85,31 @@ def test_lowering_the_mark_again_wakes_for_a_heartbeat(
     assert readable(ours)
 
 
-def test_the_drain_reads_heartbeats_and_leaves_anything_else(
+def test_the_drain_reads_heartbeats_and_hands_on_anything_after_them(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     ours, client = pair
-    assert drain_heartbeats(ours.fileno()) == 0  # nothing there
+    assert drain_heartbeats(ours.fileno()) == (0, None)  # nothing there
     client.sendall(HEARTBEAT_FRAME * 2)
     time.sleep(0.05)
-    assert drain_heartbeats(ours.fileno()) == 2
-    client.sendall(HEARTBEAT_FRAME + FRAME)
+    assert drain_heartbeats(ours.fileno()) == (2, None)
+    client.sendall(HEARTBEAT_FRAME + FRAME + HEARTBEAT_FRAME)
     time.sleep(0.05)
-    assert drain_heartbeats(ours.fileno()) == 0
-    assert ours.recv(100) == HEARTBEAT_FRAME + FRAME  # all of it left for the reader
+    # What follows the first frame other than a heartbeat is the reader's, as it came.
+    assert drain_heartbeats(ours.fileno()) == (1, FRAME + HEARTBEAT_FRAME)
     client.sendall(FRAME[:5])  # the start of a frame is not a heartbeat either
     time.sleep(0.05)
-    assert drain_heartbeats(ours.fileno()) == 0
-    assert ours.recv(100) == FRAME[:5]
+    assert drain_heartbeats(ours.fileno()) == (0, FRAME[:5])
+    client.close()
+    time.sleep(0.05)
+    assert drain_heartbeats(ours.fileno()) == (0, b"")  # the end
+
+
+def test_leading_heartbeats_are_counted_up_to_the_first_other_byte() -> None:
+    assert leading_heartbeats(b"") == 0
+    assert leading_heartbeats(HEARTBEAT_FRAME * 3) == 3
+    assert leading_heartbeats(HEARTBEAT_FRAME * 2 + FRAME + HEARTBEAT_FRAME) == 2
+    assert leading_heartbeats(HEARTBEAT_FRAME[:7]) == 0
 
 
 def test_a_closed_descriptor_is_refused_quietly() -> None:
@@ -107,4 +117,4 @@ def test_a_closed_descriptor_is_refused_quietly() -> None:
     fd = sock.fileno()
     sock.close()
     assert set_low_water(fd, True) is False
-    assert drain_heartbeats(fd) == 0
+    assert drain_heartbeats(fd) == (0, b"")

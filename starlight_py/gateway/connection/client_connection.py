@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -68,6 +69,9 @@ from starlight_py.model.addresses import host_port
 from starlight_py.structured_logging import current_connection
 from starlight_py.units import SECONDS
 
+# s: an open connection's timer is due on whole multiples of it, or of a quarter of its
+# heartbeat when that is shorter (on_timer)
+OPEN_GRANULARITY = 1.0
 # s: the longest an open connection's timer task sleeps; it is woken sooner when a deadline
 # it keeps comes (the connection starts closing, a credential with an expiry)
 OPEN_TICK_LIMIT = 60.0
@@ -115,6 +119,7 @@ class ClientConnection:
         "_parked",
         "_tally",
         "_timed",
+        "_unread",
         "_waiting",
         "_wakeup",
         "_writer_busy",
@@ -194,6 +199,7 @@ class ClientConnection:
         # (`_low_water`, quiet_sockets.py).
         self._last_active = trio.current_time()
         self._low_water = False
+        self._unread = b""  # read by a drain after heartbeats: the reader's next input
         # While the reader waits for the socket on plain TCP: its cancellation asks the
         # reader to park (`_ask_to_park`).
         self._waiting: trio.CancelScope | None = None
@@ -244,7 +250,7 @@ class ClientConnection:
 
     def needs_task(self) -> bool:
         """Its parked socket became readable (parking.py): heartbeats are read here."""
-        return not self._drain_heartbeats(trio.current_time())
+        return self._drain_heartbeats(trio.current_time())
 
     def close_parked(self) -> None:
         """The proxy stops while this connection is parked: its socket closes now, and
@@ -392,11 +398,15 @@ class ClientConnection:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return b""
         while True:
+            if self._unread:
+                data, self._unread = self._unread, b""
+                return data
             quiet = self.services.quiet
             if (
                 quiet is not None
                 and not self._low_water
                 and self.conn.is_open
+                and not self.conn.mid_frame
                 and trio.current_time() - self._last_active >= quiet.quiet_after
             ):
                 # Nothing but heartbeats for a while: only more than a heartbeat wakes
@@ -452,6 +462,8 @@ class ClientConnection:
             and self._output_hold is None
             and self._input_gate is None
             and not self._handling_input
+            and not self._unread
+            and not self.conn.mid_frame
             and now - self._last_active >= quiet.park_after
         )
 
@@ -472,15 +484,28 @@ class ClientConnection:
         self._parked = True
         return True
 
-    def _drain_heartbeats(self, now: float) -> int:
+    def _drain_heartbeats(self, now: float) -> bool:
         """The heartbeats a quiet connection's socket holds (they do not wake the reader)
-        are read here, and count as heard; how many."""
-        beats = drain_heartbeats(self._direct_fd)
+        are read here, and count as heard. True when more than heartbeats came (kept for
+        the reader, `_unread`) or the socket ended: the reader is to look."""
+        beats, rest = drain_heartbeats(self._direct_fd)
         if beats:
             self._last_received = now
             if self.services.quiet is not None:
                 self.services.quiet.heartbeats += beats
-        return beats
+        if rest is None:
+            return False
+        self._unread += rest
+        return True
+
+    def _wake_reader(self) -> None:
+        """A drain read more than heartbeats: the reader takes it (resumed if parked)."""
+        if self._parked:
+            self._parked = False
+            if self.services.quiet is not None:
+                self.services.quiet.parking.resume(self._direct_fd)
+        elif self._waiting is not None:
+            self._waiting.cancel()
 
     async def _handle(self, event: ev.Event) -> None:
         channel = getattr(event, "channel", 0)
@@ -934,7 +959,14 @@ class ClientConnection:
             return None  # its tasks end, and take it off the timers
         if beat_only and not self._parked:
             self._ask_to_park(now)
-        return now + self._next_tick(now, heartbeat)
+        due = now + self._next_tick(now, heartbeat)
+        if self.conn.is_open:
+            # Heartbeats and an open connection's timeouts take a delay of a quarter of
+            # the heartbeat well (a second at most): connections due within it share one
+            # wake-up of the process.
+            step = min(OPEN_GRANULARITY, heartbeat / 4) if heartbeat else OPEN_GRANULARITY
+            due = math.ceil(due / step) * step
+        return due
 
     def _check_deadlines(self, now: float, heartbeat: int) -> bool:
         """Carry out what is due; True when that is at most a heartbeat sent."""
@@ -965,8 +997,8 @@ class ClientConnection:
                 self.conn.abort()
                 return False
         elif heartbeat:
-            if self._low_water:
-                self._drain_heartbeats(now)
+            if self._low_water and self._drain_heartbeats(now):
+                self._wake_reader()
             if now - self._last_received > 2 * heartbeat:
                 self._log.warning(
                     "%s: missed heartbeats from client, timeout: %ss", self.id, heartbeat

@@ -11,9 +11,11 @@ A plain TCP connection that has received nothing but heartbeats for `quiet_after
 wakes the reader only for more than a lone heartbeat (any other frame is at least 9
 bytes), or for the end of the connection. The heartbeats that wait in the socket are
 drained by the connection's timer (`drain_heartbeats`), which wakes anyway to send the
-proxy's heartbeats and to check the client's, so that they count as heard. A frame other
-than a heartbeat is read at once, as before; after it the mark is back to one byte.
-Plain TCP only (a TLS connection's bytes cannot be judged before decryption).
+proxy's heartbeats and to check the client's, so that they count as heard; what a drain
+reads after them goes to the connection's reader. A frame other than a heartbeat is read
+at once, as before; after it the mark is back to one byte. A connection goes quiet only
+between frames (a drain must read from a frame's start). Plain TCP only (a TLS
+connection's bytes cannot be judged before decryption).
 """
 
 from __future__ import annotations
@@ -26,12 +28,23 @@ from starlight_py.gateway.connection.parking import ParkingLot
 # A heartbeat frame on channel 0, as clients send it (type 8, channel 0, size 0, frame end).
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 QUIET_LOW_WATER = len(HEARTBEAT_FRAME) + 1
-_PEEK = 8 * len(HEARTBEAT_FRAME)  # what a drain looks at: up to eight heartbeats
+_DRAIN = 64 * 1024  # what a drain reads at most (as much as the reader reads)
 # s: a connection with no channel parks after this long with nothing but heartbeats (or
 # after `quiet_after`, when shorter). Soon, so that a burst of new connections does not
 # hold a task each for long: the memory of their tasks is reused by the next ones instead
 # of staying with the process.
 PARK_AFTER = 1.0
+
+
+def leading_heartbeats(data: bytes | bytearray) -> int:
+    """How many whole heartbeat frames `data` starts with."""
+    size = len(HEARTBEAT_FRAME)
+    if only_heartbeats(data):
+        return len(data) // size
+    count = 0
+    while data[count * size : (count + 1) * size] == HEARTBEAT_FRAME:
+        count += 1
+    return count
 
 
 def only_heartbeats(data: bytes | bytearray) -> bool:
@@ -58,27 +71,21 @@ def set_low_water(fd: int, quiet: bool) -> bool:
     return True
 
 
-def drain_heartbeats(fd: int) -> int:
-    """Read the heartbeats waiting in the socket of `fd` when nothing else waits there;
-    how many were read. Anything else is left for the connection's reader (it is woken
-    for it, or for the rest of its frame)."""
+def drain_heartbeats(fd: int) -> tuple[int, bytes | None]:
+    """Read what waits in the socket of `fd`, the stream being at a frame's start, with one
+    non-blocking read: how many heartbeats lead it, and what came after them (None when
+    nothing did; b"" when the socket ended or broke; else those bytes, for the reader)."""
     try:
-        peek = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fileno=fd)
+        data = os.read(fd, _DRAIN)
+    except BlockingIOError:
+        return 0, None  # nothing waits
     except OSError:
-        return 0  # closed
-    try:
-        waiting = peek.recv(_PEEK, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except OSError:
-        return 0  # nothing waits (BlockingIOError), or the socket broke: the reader sees it
-    finally:
-        peek.detach()  # the descriptor stays the connection's
-    if not only_heartbeats(waiting):
-        return 0
-    try:
-        os.read(fd, len(waiting))
-    except OSError:
-        return 0
-    return len(waiting) // len(HEARTBEAT_FRAME)
+        return 0, b""  # broken: the reader sees it as an end
+    if not data:
+        return 0, b""
+    beats = leading_heartbeats(data)
+    rest = data[beats * len(HEARTBEAT_FRAME) :]
+    return beats, rest or None
 
 
 class QuietSockets:
