@@ -103,3 +103,30 @@ def test_nothing_parks_while_the_lot_is_not_running() -> None:
     assert not ParkingLot().park(ours.fileno(), Parked(ours))
     ours.close()
     theirs.close()
+
+
+class Broken(Parked):
+    def needs_task(self) -> bool:
+        raise RuntimeError("broken")
+
+
+def test_a_connection_that_fails_to_be_looked_at_is_resumed_and_the_lot_goes_on() -> None:
+    lot = ParkingLot()
+    (a, a_peer), (b, b_peer) = pair(), pair()
+    broken, fine = Broken(a), Parked(b)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lot.run)
+            await settle()
+            assert lot.park(a.fileno(), broken) and lot.park(b.fileno(), fine)
+            a_peer.send(b"x")
+            await settle()
+            b_peer.send(b"y")
+            await settle()
+            assert (broken.resumed, fine.resumed) == (1, 1)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    for sock in (a, a_peer, b, b_peer):
+        sock.close()

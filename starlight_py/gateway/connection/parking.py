@@ -85,6 +85,17 @@ class ParkingLot:
         if self._nursery is not None:
             self._nursery.start_soon(connection.resume)
 
+    def _wants_task(self, fd: int) -> bool:
+        connection = self._parked.get(fd)
+        if connection is None:
+            return False
+        try:
+            return connection.needs_task()
+        except Exception:
+            # Its own task will find out what is wrong; the lot must go on for the others.
+            log.exception("a parked connection could not be looked at")
+            return True
+
     async def run(self) -> None:
         """Until cancelled: resume the parked connections whose sockets have more than a
         heartbeat to read (or an end)."""
@@ -95,8 +106,7 @@ class ParkingLot:
                 while True:
                     await trio.lowlevel.wait_readable(epoll.fileno())
                     for fd, _ in epoll.poll(0, _BATCH):
-                        connection = self._parked.get(fd)
-                        if connection is not None and connection.needs_task():
+                        if self._wants_task(fd):
                             self.resume(fd)
         finally:
             self._nursery = None
