@@ -203,6 +203,7 @@ def test_a_parked_connection_whose_client_falls_silent_is_closed(
     proxy, metrics = quiet_proxy
     connections = metric(metrics, "starlight_connections")
     parked = metric(metrics, "starlight_parked_connections")
+    quiet = metric(metrics, "starlight_quiet_connections")
     client = RawClient("127.0.0.1", proxy.port_of("amqp"))
     try:
         client.handshake(heartbeat=1)
@@ -211,6 +212,7 @@ def test_a_parked_connection_whose_client_falls_silent_is_closed(
         assert client.wait_closed(timeout=WAIT) < WAIT
         wait_for_metric_back(metrics, "starlight_connections", connections)
         assert metric(metrics, "starlight_parked_connections") == parked
+        assert metric(metrics, "starlight_quiet_connections") == quiet
     finally:
         client.close()
 

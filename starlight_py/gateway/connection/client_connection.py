@@ -70,7 +70,7 @@ from starlight_py.model.addresses import host_port
 from starlight_py.structured_logging import current_connection
 from starlight_py.units import SECONDS
 
-# s: an open connection's timer is due on whole multiples of it, or of a quarter of its
+# s: an open connection's timer is due on whole multiples of it, or of a twentieth of its
 # heartbeat when that is shorter (on_timer)
 OPEN_GRANULARITY = 1.0
 # s: the longest an open connection's timer task sleeps; it is woken sooner when a deadline
@@ -275,6 +275,10 @@ class ClientConnection:
             self._ended()
 
     def _ended(self) -> None:
+        if self._low_water:  # it ended quiet (closed by the proxy while parked, say)
+            self._low_water = False
+            if self.services.quiet is not None:
+                self.services.quiet.quiet -= 1
         # Connections that never opened a vhost (load balancer health checks, port
         # scans) are logged at DEBUG: twice a second per proxy behind HAProxy.
         level = logging.INFO if self.vhost is not None else logging.DEBUG
@@ -967,10 +971,10 @@ class ClientConnection:
 
     @staticmethod
     def _rounded(due: float, heartbeat: int) -> float:
-        """Heartbeats and an open connection's timeouts take a delay of a quarter of the
-        heartbeat well (a second at most): connections due within it share one wake-up
-        of the process."""
-        step = min(OPEN_GRANULARITY, heartbeat / 4) if heartbeat else OPEN_GRANULARITY
+        """Heartbeats and an open connection's timeouts take a small delay well (a
+        twentieth of the heartbeat, a second at most): connections due within it share
+        one wake-up of the process."""
+        step = min(OPEN_GRANULARITY, heartbeat / 20) if heartbeat else OPEN_GRANULARITY
         return math.ceil(due / step) * step
 
     def _parked_tick(self, now: float) -> float | None:
