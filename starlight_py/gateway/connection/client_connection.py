@@ -506,11 +506,15 @@ class ClientConnection:
     def _wake_reader(self) -> None:
         """A drain read more than heartbeats: the reader takes it (resumed if parked)."""
         if self._parked:
-            self._parked = False
-            if self.services.quiet is not None:
-                self.services.quiet.parking.resume(self._direct_fd)
+            self._unpark()
         elif self._waiting is not None:
             self._waiting.cancel()
+
+    def _unpark(self) -> None:
+        """A parked connection gets a task again (the parking lot starts its `resume`)."""
+        self._parked = False
+        if self.services.quiet is not None:
+            self.services.quiet.parking.resume(self._direct_fd)
 
     async def _handle(self, event: ev.Event) -> None:
         channel = getattr(event, "channel", 0)
@@ -893,9 +897,7 @@ class ClientConnection:
         if self._writer_running:
             return
         if self._parked:
-            self._parked = False
-            if self.services.quiet is not None:
-                self.services.quiet.parking.resume(self._direct_fd)  # its run() starts it
+            self._unpark()  # its run() starts the writer
             return
         if self._nursery is not None:
             self._writer_running = True
