@@ -14,7 +14,8 @@
 //! as one list per call (`acknowledge_listened_list`, in `pulsar_ack_list`, through a little
 //! C++: src/acknowledge_list.cpp); and
 //! the messages pulsar-client's listener thread hands over (`next_batches`, in `pulsar_listen`);
-//! and producer flushes whose outcomes reach trio without the GIL (`flush`, in `pulsar_flush`).
+//! and producer flushes whose outcomes reach trio without the GIL (`flush`, in `pulsar_flush`);
+//! and the heartbeats of parked client connections (`ParkedBeats`, in `parked_beats`).
 //!
 //! `scan` and `encode_deliver` are pure: bytes in, Python values out, no state and no I/O. `scan` never reports an
 //! error: it stops at the first frame that is incomplete or breaks the stream, and the
@@ -24,6 +25,7 @@
 //! limit) leaves its frames as they came, for the Python checks to judge.
 
 mod handover_signal;
+mod parked_beats;
 mod pulsar_ack;
 mod pulsar_ack_list;
 mod pulsar_flush;
@@ -303,6 +305,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_deliver, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_send::bind, m)?)?;
     m.add_class::<pulsar_send::Sender>()?;
+    m.add_class::<parked_beats::ParkedBeats>()?;
     m.add_function(wrap_pyfunction!(pulsar_ack::bind_acknowledge, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_ack::acknowledge, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_ack::message_id_address, m)?)?;

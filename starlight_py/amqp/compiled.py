@@ -33,6 +33,10 @@ encode_deliver: Callable[[int, bytes, int, bool, str, str, bytes, bytes, int], b
 pulsar_sender: Any = _native.Sender if _native is not None else None
 bind_pulsar_api: Callable[[list[int]], None] | None = _native.bind if _native is not None else None
 
+# `_native.ParkedBeats` (the heartbeats of parked connections:
+# gateway/connection/parked_beats.py), or None.
+parked_beats: Any = _native.ParkedBeats if _native is not None else None
+
 # `_native.bind_acknowledge`, `_native.acknowledge` and `_native.message_id_address`
 # (acknowledgements through pulsar-client's C API: backend/consumer_ack.py), or None.
 bind_acknowledge: Callable[[int, int, bytes, Any], None] | None = (

@@ -1,13 +1,16 @@
 """The parking lot of quiet connections (gateway/connection/parking.py), over socket pairs:
 a parked socket that gets bytes resumes its connection in a task of the lot, unless the
 connection says they were only heartbeats; a resume asked for by the connection itself
-happens once; the connections still parked when the lot stops are closed."""
+happens once; the connections still parked when the lot stops are closed; the lot keeps
+the heartbeats of those that hand them over: it writes them, wakes the connection for more
+than heartbeats and for a silent client, and hands the times back on a resume."""
 
 from __future__ import annotations
 
 import socket
 
 import trio
+import trio.testing
 
 from starlight_py.gateway.connection.parking import ParkingLot
 
@@ -19,6 +22,9 @@ class Parked:
         self.looked = 0
         self.resumed = 0
         self.closed = False
+        self.woken: list[tuple[str, bytes]] = []
+        self.lot = ParkingLot()  # set by the tests that hand over heartbeats
+        self.times: tuple[float, float] | None = None
 
     def needs_task(self) -> bool:
         self.looked += 1
@@ -33,6 +39,18 @@ class Parked:
     def close_parked(self) -> None:
         self.closed = True
         self.sock.close()
+
+    def parked_input(self, data: bytes) -> None:
+        self.woken.append(("input", data))
+        self.lot.resume(self.sock.fileno())
+
+    def parked_output(self, data: bytes) -> None:
+        self.woken.append(("output", data))
+        self.lot.resume(self.sock.fileno())
+
+    def parked_silence(self) -> None:
+        self.woken.append(("silence", b""))
+        self.times = self.lot.resume(self.sock.fileno())
 
 
 def pair() -> tuple[socket.socket, socket.socket]:
@@ -128,5 +146,44 @@ def test_a_connection_that_fails_to_be_looked_at_is_resumed_and_the_lot_goes_on(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+    for sock in (a, a_peer, b, b_peer):
+        sock.close()
+
+
+HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+
+def test_the_lot_keeps_the_heartbeats_handed_to_it_and_wakes_for_the_rest() -> None:
+    lot = ParkingLot()
+    (a, a_peer), (b, b_peer) = pair(), pair()
+    talker, silent = Parked(a), Parked(b)
+    talker.lot = silent.lot = lot
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lot.run)
+            await trio.sleep(1)
+            start = trio.current_time()
+            assert not lot.keep_beats(a.fileno(), 10.0, start, start)  # not parked
+            assert lot.park(a.fileno(), talker) and lot.park(b.fileno(), silent)
+            assert lot.keep_beats(a.fileno(), 10.0, start, start)
+            assert lot.keep_beats(b.fileno(), 10.0, start, start)
+            await trio.sleep(4.6)
+            assert a_peer.recv(100, socket.MSG_DONTWAIT) == HEARTBEAT  # due 4.5 s in
+            assert b_peer.recv(100, socket.MSG_DONTWAIT) == HEARTBEAT
+            for _ in range(5):  # the talker's client beats every 4 s; the other says nothing
+                a_peer.send(HEARTBEAT * 2)
+                await trio.sleep(4)
+            assert silent.woken == [("silence", b"")]  # 20 s without a word
+            assert silent.resumed == 1 and silent.times is not None
+            assert silent.times[1] == start
+            assert talker.woken == []
+            a_peer.send(HEARTBEAT + b"\x01\x00")
+            await trio.sleep(0.1)
+            assert talker.woken == [("input", b"\x01\x00")] and talker.resumed == 1
+            assert len(lot) == 0 and len(lot.beats) == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     for sock in (a, a_peer, b, b_peer):
         sock.close()

@@ -53,7 +53,6 @@ from starlight_py.gateway.channel_session import ChannelSession
 from starlight_py.gateway.connection.authorization import AccessControl
 from starlight_py.gateway.connection.connection_services import ConnectionServices
 from starlight_py.gateway.connection.quiet_sockets import (
-    HEARTBEAT_FRAME,
     drain_heartbeats,
     only_heartbeats,
     set_low_water,
@@ -99,6 +98,7 @@ class ClientConnection:
     # others' and cost about 1.6 KB a connection.
     __slots__ = (
         "_backlog",
+        "_beats_kept",
         "_bindings_changed",
         "_budget",
         "_changed_queues",
@@ -205,6 +205,9 @@ class ClientConnection:
         # reader to park (`_ask_to_park`).
         self._waiting: trio.CancelScope | None = None
         self._parked = False  # no task: the parking lot watches the socket (parking.py)
+        # While parked: the lot keeps its heartbeats (a row of parked_beats.py), not the
+        # process's timers.
+        self._beats_kept = False
         # Called once when the connection is over (the server's bookkeeping).
         self.on_end: Callable[[], None] | None = None
         self._handshake_deadline = trio.current_time() + services.config.handshake_timeout
@@ -244,6 +247,8 @@ class ClientConnection:
     async def resume(self) -> None:
         """A parked connection goes on, in the parking lot's task (parking.py)."""
         self._parked = False
+        if self._beats_kept:  # resumed by the lot itself: its row is gone
+            self._beats_back(None)
         try:
             await self.run()
         except Exception:
@@ -257,6 +262,7 @@ class ClientConnection:
         """The proxy stops while this connection is parked: its socket closes now, and
         it is over."""
         self._parked = False
+        self._beats_kept = False
         self._timed = False
         self.services.timers.cancel(self)
         self.conn.abort()
@@ -487,7 +493,44 @@ class ClientConnection:
         if not self._low_water or not quiet.parking.park(self._direct_fd, self):
             return False
         self._parked = True
+        heartbeat = self.conn.heartbeat
+        if heartbeat and self._credential_deadline is None:
+            # The lot keeps its heartbeats from now on (one row of parked_beats.py): it
+            # leaves the process's timers until it takes them back (`_beats_back`).
+            kept = quiet.parking.keep_beats(
+                self._direct_fd, float(heartbeat), self._last_sent, self._last_received
+            )
+            if kept:
+                self._beats_kept = True
+                self.services.timers.cancel(self)
         return True
+
+    def parked_input(self, data: bytes) -> None:
+        """Its row in the lot read more than heartbeats (b"": the socket ended)."""
+        self._unread += data  # an end is the reader's to find (the socket reads as one)
+        self._unpark()
+
+    def parked_output(self, data: bytes) -> None:
+        """The socket took only part of a heartbeat the lot wrote: the writer sends the
+        rest."""
+        self._backlog = data
+        self._writer_busy = True
+        self._wake_writer()
+
+    def parked_silence(self) -> None:
+        """Nothing heard for two intervals: its timer (due at once) closes it."""
+        self._unpark()
+
+    def _beats_back(self, times: tuple[float, float] | None) -> None:
+        """The lot no longer keeps its heartbeats: the process's timers take them back,
+        from when the lot last sent and heard one (`times`)."""
+        if not self._beats_kept:
+            return
+        self._beats_kept = False
+        if times is not None:
+            self._last_sent, self._last_received = times
+        if self._timed:
+            self.services.timers.schedule(self, trio.current_time())
 
     def _drain_heartbeats(self, now: float) -> bool:
         """The heartbeats a quiet connection's socket holds (they do not wake the reader)
@@ -497,7 +540,7 @@ class ClientConnection:
         if beats:
             self._last_received = now
             if self.services.quiet is not None:
-                self.services.quiet.heartbeats += beats
+                self.services.quiet.drained(beats)
         if rest is None:
             return False
         self._unread += rest
@@ -514,7 +557,7 @@ class ClientConnection:
         """A parked connection gets a task again (the parking lot starts its `resume`)."""
         self._parked = False
         if self.services.quiet is not None:
-            self.services.quiet.parking.resume(self._direct_fd)
+            self._beats_back(self.services.quiet.parking.resume(self._direct_fd))
 
     async def _handle(self, event: ev.Event) -> None:
         channel = getattr(event, "channel", 0)
@@ -954,8 +997,12 @@ class ClientConnection:
         missed, the credential's expiry. Returns when it is due next."""
         if not self._timed:
             return None
-        if self._parked and (due := self._parked_tick(now)) is not None:
-            return due
+        if self._beats_kept and self.services.quiet is not None:
+            # Woken while the lot keeps its heartbeats (a close begins): they are back here.
+            self._beats_kept = False
+            times = self.services.quiet.parking.beats.remove(self._direct_fd)
+            if times is not None:
+                self._last_sent, self._last_received = times
         heartbeat = self.conn.heartbeat if self.conn.is_open else 0
         try:
             beat_only = self._check_deadlines(now, heartbeat)
@@ -978,40 +1025,6 @@ class ClientConnection:
         one wake-up of the process."""
         step = min(OPEN_GRANULARITY, heartbeat / 20) if heartbeat else OPEN_GRANULARITY
         return math.ceil(due / step) * step
-
-    def _parked_tick(self, now: float) -> float | None:
-        """`on_timer` of a parked connection in the usual case, with fewer steps: read the
-        client's heartbeats, write ours straight to the socket. None when it is not the
-        usual case (then the general path does what is due)."""
-        heartbeat = self.conn.heartbeat
-        if (
-            not heartbeat
-            or not self.conn.is_open  # closing: the general path waits for close-ok
-            or self._credential_deadline is not None
-            or self.conn.pending_output
-        ):
-            return None
-        if self._drain_heartbeats(now):
-            self._wake_reader()  # more than heartbeats came: the reader takes it
-            return None
-        if now - self._last_received > 2 * heartbeat:
-            return None  # missed: the general path closes the connection
-        if now - self._last_sent >= heartbeat / 2:
-            try:
-                sent = os.write(self._direct_fd, HEARTBEAT_FRAME)
-            except OSError:
-                sent = 0  # full or broken: the writer task finds out which
-            self._last_sent = now
-            if sent < len(HEARTBEAT_FRAME):
-                self._backlog = HEARTBEAT_FRAME[sent:]
-                self._writer_busy = True
-                self._wake_writer()
-        due = min(
-            self._last_sent + heartbeat / 2,
-            self._last_received + 2 * heartbeat,
-            now + OPEN_TICK_LIMIT,
-        )
-        return self._rounded(max(due, now + 0.05), heartbeat)
 
     def _check_deadlines(self, now: float, heartbeat: int) -> bool:
         """Carry out what is due; True when that is at most a heartbeat sent."""

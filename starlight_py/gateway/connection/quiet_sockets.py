@@ -23,12 +23,10 @@ from __future__ import annotations
 import os
 import socket
 
+from starlight_py.gateway.connection.parked_beats import HEARTBEAT_FRAME, READ_SIZE
 from starlight_py.gateway.connection.parking import ParkingLot
 
-# A heartbeat frame on channel 0, as clients send it (type 8, channel 0, size 0, frame end).
-HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 QUIET_LOW_WATER = len(HEARTBEAT_FRAME) + 1
-_DRAIN = 64 * 1024  # what a drain reads at most (as much as the reader reads)
 # s: a connection with no channel parks after this long with nothing but heartbeats (or
 # after `quiet_after`, when shorter). Soon, so that a burst of new connections does not
 # hold a task each for long: the memory of their tasks is reused by the next ones instead
@@ -76,7 +74,7 @@ def drain_heartbeats(fd: int) -> tuple[int, bytes | None]:
     non-blocking read: how many heartbeats lead it, and what came after them (None when
     nothing did; b"" when the socket ended or broke; else those bytes, for the reader)."""
     try:
-        data = os.read(fd, _DRAIN)
+        data = os.read(fd, READ_SIZE)
     except BlockingIOError:
         return 0, None  # nothing waits
     except OSError:
@@ -98,8 +96,18 @@ class QuietSockets:
         self.quiet_after = quiet_after
         self.park_after = min(quiet_after, PARK_AFTER)
         self.quiet = 0  # connections whose socket has the raised mark now
-        self.heartbeats = 0  # drained by the timers, since the start
+        self._heartbeats = 0  # drained by the connections' timers, since the start
         self.parking = ParkingLot()
 
     def __len__(self) -> int:
         return self.quiet
+
+    @property
+    def heartbeats(self) -> int:
+        """The client heartbeats drained since the start, by the connections' timers and by
+        the parking lot (metrics)."""
+        return self._heartbeats + self.parking.beats.heard
+
+    def drained(self, beats: int) -> None:
+        """A connection's timer drained `beats` heartbeats."""
+        self._heartbeats += beats
