@@ -126,11 +126,9 @@ impl ParkedBeats {
         events: &Bound<'_, PyList>,
     ) -> PyResult<bool> {
         let (fd, heartbeat) = (self.rows[at].fd, self.rows[at].heartbeat);
-        if now - self.rows[at].last_received > heartbeat {
-            if let Read::More(start, end) = self.read_row(at, now) {
-                push(py, events, fd, MORE, &self.buffer[start..end])?;
-                return Ok(true);
-            }
+        if let Read::More(start, end) = self.read_row(at, now) {
+            push(py, events, fd, MORE, &self.buffer[start..end])?;
+            return Ok(true);
         }
         if now - self.rows[at].last_received > 2.0 * heartbeat {
             push(py, events, fd, MISSED, &[])?;
